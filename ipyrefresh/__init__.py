@@ -1,0 +1,62 @@
+"""ipyrefresh: derivatives that never go stale in IPython and Jupyter.
+
+>>> %load_ext ipyrefresh
+>>> from ipyrefresh import grad
+>>> dh = grad(h)      # follows the name h, and everything h reaches
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from ._src.config import IPyRefresh
+from ._src.handles import (
+    Derivative,
+    elementwise_grad,
+    get_engine,
+    grad,
+    hessian,
+    jacobian,
+    refresh,
+    status,
+    value_and_grad,
+)
+from ._src.targets import TargetGone
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Derivative",
+    "IPyRefresh",
+    "TargetGone",
+    "elementwise_grad",
+    "grad",
+    "hessian",
+    "jacobian",
+    "load_ipython_extension",
+    "refresh",
+    "status",
+    "unload_ipython_extension",
+    "value_and_grad",
+]
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Called by ``%load_ext ipyrefresh``."""
+    from .ipython.extension import load_ipython_extension as load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """Called by ``%unload_ext ipyrefresh``."""
+    from .ipython.extension import unload_ipython_extension as unload
+
+    unload(ipython)
+
+
+def _sync(names: tuple[str, ...] | None) -> None:
+    """Mid-cell change check, inserted into cells by the extension's AST transformer."""
+    with contextlib.suppress(Exception):  # a check must never break the user's cell
+        get_engine().sync(names)

@@ -1,0 +1,92 @@
+"""The compiler interface, its registry, and the reference compiler: plain autograd.
+
+A compiler turns (function, transform, argnums, example arguments) into an *artifact*
+that computes the derivative for arguments of the same signature. Artifacts are called
+as ``artifact(fn, args, kwargs)`` with the current function, so that a cache entry never
+has to hold the user's function itself (a fixed target is held weakly).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import autograd
+
+Artifact = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
+
+TRANSFORMS: dict[str, Callable[..., Any]] = {
+    "grad": autograd.grad,
+    "value_and_grad": autograd.value_and_grad,
+    "elementwise_grad": autograd.elementwise_grad,
+    "jacobian": autograd.jacobian,
+    "hessian": autograd.hessian,
+}
+
+
+@dataclass
+class Built:
+    """What a build produced: the artifact, the result for the example call, and, if the
+    compiler fell back to something slower, why."""
+
+    artifact: Artifact
+    result: Any
+    fallback: str = ""
+    detail: str = ""
+
+
+class Compiler(Protocol):
+    name: str
+
+    def build(
+        self,
+        fn: Any,
+        transform: str,
+        argnum: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Built: ...
+
+
+def reference(
+    fn: Any, transform: str, argnum: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """A fresh autograd computation: the oracle every compiler must agree with."""
+    return TRANSFORMS[transform](fn, argnum)(*args, **kwargs)
+
+
+class AutogradCompiler:
+    """No compilation: every call re-traces with autograd. Always right, never fast."""
+
+    name = "autograd"
+
+    def build(
+        self,
+        fn: Any,
+        transform: str,
+        argnum: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Built:
+        op = TRANSFORMS[transform]
+
+        def artifact(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            return op(fn, argnum)(*args, **kwargs)
+
+        return Built(artifact, artifact(fn, args, kwargs))
+
+
+_REGISTRY: dict[str, Callable[[], Compiler]] = {"autograd": AutogradCompiler}
+
+
+def register_compiler(name: str, factory: Callable[[], Compiler]) -> None:
+    _REGISTRY[name] = factory
+
+
+def available_compilers() -> set[str]:
+    return set(_REGISTRY)
+
+
+def make_compiler(name: str) -> Compiler:
+    return _REGISTRY[name]()

@@ -1,0 +1,193 @@
+"""Parsing and evaluating a ``%grad`` line: ``%grad [options] f(args)``.
+
+Every failure is a :class:`GradLineError` with one readable sentence; nothing here
+changes the user's namespace (arguments are evaluated, never assigned).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+TRANSFORM_FLAGS = {
+    "--grad": "grad",
+    "--hessian": "hessian",
+    "--jacobian": "jacobian",
+    "--value": "value_and_grad",
+    "--value-and-grad": "value_and_grad",
+    "--elementwise": "elementwise_grad",
+}
+_VALUE_OPTIONS = {"-a", "--argnum", "--backend"}
+_SWITCHES = {"-v", "--verbose"}
+USAGE = "usage: %grad [-a ARGNUM] [--hessian|--jacobian|--value|--elementwise] [-v] f(args)"
+
+
+class GradLineError(Exception):
+    """A one-line, user-facing error about a ``%grad`` line."""
+
+
+@dataclass
+class GradRequest:
+    transform: str
+    argnum: int | tuple[int, ...]
+    verbose: bool
+    backend: str
+    expr: str
+
+
+def _parse_argnum(text: str) -> int | tuple[int, ...]:
+    parts = [p for p in text.strip("()[] ").split(",") if p.strip()]
+    try:
+        nums = tuple(int(p) for p in parts)
+    except ValueError:
+        raise GradLineError(f"argnum must be an integer or a list like 0,1, not {text!r}") from None
+    if not nums:
+        raise GradLineError("argnum needs a value, e.g. -a 1")
+    if any(n < 0 for n in nums):
+        raise GradLineError(f"argnum must not be negative, got {text!r}")
+    return nums[0] if len(nums) == 1 else nums
+
+
+def parse_line(line: str) -> GradRequest:
+    """Split options from the call expression (which may contain spaces and quotes)."""
+    transform, argnum, verbose, backend = "grad", 0, False, "autograd"
+    argnum_value: int | tuple[int, ...] = argnum
+    pos = 0
+    n = len(line)
+    while True:
+        while pos < n and line[pos].isspace():
+            pos += 1
+        if pos >= n or line[pos] != "-":
+            break
+        end = pos
+        while end < n and not line[end].isspace():
+            end += 1
+        token = line[pos:end]
+        pos = end
+        name, eq, inline = token.partition("=")
+        if name in TRANSFORM_FLAGS and not eq:
+            transform = TRANSFORM_FLAGS[name]
+        elif name in _SWITCHES and not eq:
+            verbose = True
+        elif name in _VALUE_OPTIONS or (name.startswith("-a") and name[2:].isdigit()):
+            if name.startswith("-a") and name[2:].isdigit():
+                value = name[2:]
+                name = "-a"
+            elif eq:
+                value = inline
+            else:
+                while pos < n and line[pos].isspace():
+                    pos += 1
+                end = pos
+                while end < n and not line[end].isspace():
+                    end += 1
+                value = line[pos:end]
+                pos = end
+                if not value:
+                    raise GradLineError(f"option {name} needs a value. {USAGE}")
+            if name == "--backend":
+                backend = value
+            else:
+                argnum_value = _parse_argnum(value)
+        else:
+            raise GradLineError(f"unknown option {token!r}. {USAGE}")
+    expr = line[pos:].strip()
+    if not expr:
+        raise GradLineError(f"nothing to differentiate. {USAGE}")
+    return GradRequest(transform, argnum_value, verbose, backend, expr)
+
+
+@dataclass
+class GradCall:
+    fn: Any
+    name: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+def _eval(node: ast.expr, ns: dict[str, Any], what: str) -> Any:
+    code = compile(ast.Expression(node), "<%grad>", "eval")
+    try:
+        return eval(code, ns)
+    except NameError as exc:
+        raise GradLineError(str(exc)) from None
+    except Exception as exc:
+        raise GradLineError(f"evaluating {what} raised {type(exc).__name__}: {exc}") from None
+
+
+def parse_call(expr: str, ns: dict[str, Any]) -> GradCall:
+    """Evaluate ``f(args)`` piecewise in ``ns``: the callee and its arguments."""
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError as exc:
+        raise GradLineError(f"could not parse {expr!r}: {exc.msg}") from None
+    call = tree.body
+    if not isinstance(call, ast.Call):
+        raise GradLineError(f"expected a call such as f(1.0), got {expr!r}")
+    name = ast.unparse(call.func)
+    fn = _eval(call.func, ns, name)
+    if not callable(fn):
+        raise GradLineError(f"{name!r} is not callable (it is a {type(fn).__name__})")
+    args: list[Any] = []
+    for node in call.args:
+        if isinstance(node, ast.Starred):
+            value = _eval(node.value, ns, ast.unparse(node.value))
+            try:
+                args.extend(value)
+            except TypeError:
+                raise GradLineError(f"*{ast.unparse(node.value)} is not iterable") from None
+        else:
+            args.append(_eval(node, ns, ast.unparse(node)))
+    kwargs: dict[str, Any] = {}
+    for kw in call.keywords:
+        if kw.arg is None:
+            value = _eval(kw.value, ns, ast.unparse(kw.value))
+            if type(value) is not dict:
+                raise GradLineError(f"**{ast.unparse(kw.value)} is not a dict")
+            kwargs.update(value)
+        else:
+            kwargs[kw.arg] = _eval(kw.value, ns, ast.unparse(kw.value))
+    return GradCall(fn, name, tuple(args), kwargs)
+
+
+def check_inputs(call: GradCall, argnum: int | tuple[int, ...]) -> None:
+    """Catch the common mistakes before autograd turns them into a traceback."""
+    nums = (argnum,) if isinstance(argnum, int) else argnum
+    for i in nums:
+        if i >= len(call.args):
+            given = len(call.args)
+            raise GradLineError(
+                f"argnum {i} is out of range: {call.name} was given {given} positional "
+                f"argument{'s' if given != 1 else ''}"
+            )
+        x = call.args[i]
+        t = type(x)
+        if t in (int, bool) or (issubclass(t, (np.ndarray, np.generic)) and x.dtype.kind in "biu"):
+            hint = float(x) if t in (int, bool) else "x.astype(float)"
+            raise GradLineError(
+                f"cannot differentiate {call.name} with respect to argument {i}, an integer "
+                f"({x!r}); pass a float such as {hint}"
+            )
+
+
+def explain_failure(exc: BaseException, call: GradCall, transform: str) -> str:
+    """One line for an exception raised while computing a derivative."""
+    try:
+        msg = str(exc)
+    except Exception:
+        msg = "<unprintable>"
+    first = msg.strip().splitlines()[0] if msg.strip() else ""
+    if "ArrayBox" in msg or "SequenceBox" in msg:
+        return (
+            f"cannot differentiate {call.name}: it calls a function autograd cannot trace "
+            f"({first}); use autograd.numpy instead of numpy"
+        )
+    if isinstance(exc, NotImplementedError) or (
+        isinstance(exc, TypeError)
+        and any(s in msg for s in ("differentiate", "scalar-output", "real-output", "Grad only"))
+    ):
+        return f"cannot differentiate {call.name}: {first}"
+    return f"{call.name}(...) raised {type(exc).__name__}: {first}"

@@ -1,0 +1,108 @@
+"""``%grad``, ``%stale``, ``%refresh`` and ``%callgraph``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+
+from .._src.engine import Engine
+from .._src.handles import Derivative
+from .._src.targets import TargetGone
+from .gradline import GradLineError, check_inputs, explain_failure, parse_call, parse_line
+
+
+@magics_class
+class IPyRefreshMagics(Magics):
+    """Magics that show and control cached derivatives."""
+
+    def __init__(self, shell: Any, engine: Engine) -> None:
+        super().__init__(shell)
+        self.engine = engine
+
+    @line_magic
+    def grad(self, line: str) -> Any:
+        """Differentiate a call with the current code: ``%grad [options] f(args)``.
+
+        Options: ``-a N`` or ``-a 0,1`` (argnum), ``--hessian``, ``--jacobian``,
+        ``--value`` (value and gradient), ``--elementwise``, ``-v`` (say whether the
+        answer came from the cache, a build or a rebuild, and why).
+        """
+        try:
+            request = parse_line(line)
+            if request.backend not in ("autograd", "default"):
+                raise GradLineError(
+                    f"unknown backend {request.backend!r}; this install has: autograd"
+                )
+            assert self.shell is not None
+            call = parse_call(request.expr, self.shell.user_ns)
+            check_inputs(call, request.argnum)
+            try:
+                handle = Derivative(request.transform, call.fn, request.argnum)
+            except TypeError as exc:
+                raise GradLineError(str(exc)) from None
+            try:
+                result = handle(*call.args, **call.kwargs)
+            except TargetGone as exc:
+                raise GradLineError(str(exc)) from None
+            except KeyboardInterrupt:
+                raise
+            except Exception as exc:
+                raise GradLineError(explain_failure(exc, call, request.transform)) from None
+        except GradLineError as exc:
+            raise UsageError(f"%grad: {exc}") from None
+        if request.verbose:
+            entry = next(iter(e for e in handle._entries.values()), None)
+            event = entry.last_event if entry is not None else "?"
+            compiler = entry.compiler if entry is not None else "?"
+            print(f"{request.transform}({call.name}) [{compiler}]: {event}")
+        return result
+
+    @line_magic
+    def stale(self, line: str) -> None:
+        """List cached derivatives that are stale, and why."""
+        status = self.engine.status()
+        entries = status["entries"]
+        if not entries:
+            print("No derivatives cached yet.")
+            return
+        stale = [e for e in entries if e["state"] != "fresh"]
+        total = len(entries)
+        if not stale:
+            print(
+                f"All {total} derivative{'s are' if total != 1 else ' is'} fresh "
+                f"(world {status['world']})."
+            )
+        else:
+            print(f"{len(stale)} of {total} derivatives stale (world {status['world']}):")
+            width = max(len(e["name"]) for e in stale)
+            for e in stale:
+                why = e["error"] if e["state"] == "error" else "; ".join(e["reasons"])
+                print(f"  {e['name']:<{width}}  {why}")
+        fallbacks = [e for e in entries if e["fallback"]]
+        for e in fallbacks:
+            print(f"  note: {e['name']} runs on plain autograd: {e['fallback']}")
+
+    @line_magic
+    def refresh(self, line: str) -> None:
+        """Rebuild stale derivatives now: ``%refresh [name] [--all]``."""
+        words = line.split()
+        force = "--all" in words
+        names = [w for w in words if not w.startswith("-")]
+        unknown = [w for w in words if w.startswith("-") and w != "--all"]
+        if unknown or len(names) > 1:
+            raise UsageError("%refresh: usage: %refresh [name] [--all]")
+        report = self.engine.refresh(names[0] if names else None, force=force)
+        rebuilt, pending, failed = report["rebuilt"], report["pending"], report["failed"]
+        if not (rebuilt or pending or failed):
+            print("Nothing to refresh: every derivative is fresh.")
+            return
+        parts = [f"rebuilt {len(rebuilt)}"]
+        if pending:
+            parts.append(f"{len(pending)} will rebuild at their next call (arguments not kept)")
+        if failed:
+            parts.append(f"{len(failed)} failed")
+        print("Refresh: " + ", ".join(parts) + ".")
+        for name, error in failed:
+            print(f"  {name}: {error}")
