@@ -90,7 +90,12 @@ class Engine:
                 self.cache.max_entries = change["new"]
                 self.cache.shrink()
 
+        def recompile(change: dict[str, Any]) -> None:
+            # Entries built by the old default compiler must not answer any more.
+            self.clear()
+
         self.config.observe(resize, names="max_entries")
+        self.config.observe(recompile, names="compiler")
 
     def use_config(self, config: IPyRefresh) -> None:
         self.config = config
@@ -145,13 +150,27 @@ class Engine:
                     self.cache.remove(entry)
 
     # -- the call path -------------------------------------------------------------------
-    def entry_for(self, target: Target, transform: str, argnum: Any, sig: Hashable) -> Entry:
-        key = (target.key, transform, argnum, sig)
+    def entry_for(
+        self,
+        target: Target,
+        transform: str,
+        argnum: Any,
+        sig: Hashable,
+        compiler: str | None = None,
+    ) -> Entry:
+        """The cache entry for this key, created (unbuilt) if needed.
+
+        ``compiler`` pins a backend (``ipyrefresh.jax`` handles do); ``None`` means the
+        configured default.
+        """
+        name = compiler or self.config.compiler
+        key = (target.key, transform, argnum, sig, name)
         entry = self.cache.get(key)
         if entry is None or entry.target is not target:
             if entry is not None:
                 self.cache.remove(entry)
             entry = Entry(key, target, transform, argnum, sig)
+            entry.compiler = name
             self.cache.add(entry)
             target.entry_keys.add(key)
         return entry
@@ -165,7 +184,9 @@ class Engine:
         """
         with self.lock:
             if self.cache.get(entry.key) is not entry:
-                entry = self.entry_for(entry.target, entry.transform, entry.argnum, entry.signature)
+                entry = self.entry_for(
+                    entry.target, entry.transform, entry.argnum, entry.signature, entry.compiler
+                )
             if not self.attached and not entry.stale:
                 changes = self.table.check(entry.dep_keys)
                 if changes:
@@ -178,8 +199,7 @@ class Engine:
             artifact, fn = entry.artifact, entry.fn()
         return entry, artifact(fn, args, kwargs)
 
-    def _compiler(self) -> Compiler:
-        name = self.config.compiler
+    def _compiler(self, name: str) -> Compiler:
         compiler = self._compilers.get(name)
         if compiler is None:
             compiler = self._compilers[name] = make_compiler(name)
@@ -202,7 +222,7 @@ class Engine:
             analyzer.function(fn, root)
         else:
             analyzer.value(fn, root, root, "static", data=False)
-        compiler = self._compiler()
+        compiler = self._compiler(entry.compiler)
         try:
             with record_calls(self.config.record_dynamic_edges) as log:
                 built = compiler.build(fn, entry.transform, entry.argnum, args, kwargs)

@@ -48,15 +48,19 @@ class Derivative:
         "_fun",
         "_world",
         "argnum",
+        "compiler",
         "target",
         "transform",
     )
 
-    def __init__(self, transform: str, fun: Any, argnum: Any = 0) -> None:
+    def __init__(
+        self, transform: str, fun: Any, argnum: Any = 0, compiler: str | None = None
+    ) -> None:
         engine = get_engine()
         self.argnum = _argnum_key(argnum)
         check_differentiable(fun, fun.__name__ if type(fun) is FunctionType else type(fun).__name__)
         self.transform = transform
+        self.compiler = compiler
         self._engine = engine
         self._world = engine.world
         self.target: Target = engine.target_for(fun)
@@ -77,7 +81,9 @@ class Derivative:
         if entry is None:
             if len(self._entries) >= _MAX_HANDLE_ENTRIES:
                 self._entries.clear()
-            entry = self._engine.entry_for(self.target, self.transform, self.argnum, sig)
+            entry = self._engine.entry_for(
+                self.target, self.transform, self.argnum, sig, self.compiler
+            )
         entry, result = self._engine.call(entry, args, kwargs)
         self._entries[sig] = entry
         return result

@@ -7,10 +7,21 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
+from .._src.compilers import available_compilers
 from .._src.engine import Engine
 from .._src.handles import Derivative
 from .._src.targets import TargetGone
 from .gradline import GradLineError, check_inputs, explain_failure, parse_call, parse_line
+
+
+def backend_compiler(backend: str) -> str | None:
+    """``--backend autograd`` uses the configured compiler; others name a compiler."""
+    if backend in ("autograd", "default"):
+        return None
+    if backend not in available_compilers():
+        known = ", ".join(["autograd", *sorted(available_compilers() - {"autograd", "tape"})])
+        raise GradLineError(f"unknown backend {backend!r}; available: {known}")
+    return backend
 
 
 @magics_class
@@ -31,15 +42,12 @@ class IPyRefreshMagics(Magics):
         """
         try:
             request = parse_line(line)
-            if request.backend not in ("autograd", "default"):
-                raise GradLineError(
-                    f"unknown backend {request.backend!r}; this install has: autograd"
-                )
+            compiler = backend_compiler(request.backend)
             assert self.shell is not None
             call = parse_call(request.expr, self.shell.user_ns)
             check_inputs(call, request.argnum)
             try:
-                handle = Derivative(request.transform, call.fn, request.argnum)
+                handle = Derivative(request.transform, call.fn, request.argnum, compiler)
             except TypeError as exc:
                 raise GradLineError(str(exc)) from None
             try:
@@ -53,10 +61,13 @@ class IPyRefreshMagics(Magics):
         except GradLineError as exc:
             raise UsageError(f"%grad: {exc}") from None
         if request.verbose:
-            entry = next(iter(e for e in handle._entries.values()), None)
-            event = entry.last_event if entry is not None else "?"
-            compiler = entry.compiler if entry is not None else "?"
-            print(f"{request.transform}({call.name}) [{compiler}]: {event}")
+            entry = next(iter(handle._entries.values()), None)
+            if entry is not None:
+                event = entry.last_event
+                detail = getattr(entry.artifact, "last_event", "")
+                if detail and event.startswith("cache hit"):
+                    event = f"{event}; {detail}"
+                print(f"{request.transform}({call.name}) [{entry.compiler}]: {event}")
         return result
 
     @line_magic
