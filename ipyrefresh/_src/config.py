@@ -6,7 +6,7 @@ Set it in a notebook with ``%config IPyRefresh.mode = "eager"`` or in
 
 from __future__ import annotations
 
-from traitlets import Bool, CaselessStrEnum, Int, Unicode, validate
+from traitlets import Bool, CaselessStrEnum, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from .compilers import available_compilers
@@ -63,11 +63,11 @@ class IPyRefresh(Configurable):
         value = proposal["value"]
         if value not in available_compilers():
             known = ", ".join(sorted(available_compilers()))
-            raise ValueError(f"unknown compiler {value!r}; choose one of {known}")
+            raise TraitError(f"unknown compiler {value!r}; choose one of {known}")
         return value
 
     @validate("max_entries")
     def _check_max_entries(self, proposal: dict[str, int]) -> int:
         if proposal["value"] < 1:
-            raise ValueError("max_entries must be at least 1")
+            raise TraitError("max_entries must be at least 1")
         return proposal["value"]

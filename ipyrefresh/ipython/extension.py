@@ -59,8 +59,9 @@ class Extension:
         manager.registry.pop(type(self.magics).__name__, None)
         if self.transformer in shell.ast_transformers:
             shell.ast_transformers.remove(self.transformer)
-        if self.config in shell.configurables:
-            shell.configurables.remove(self.config)
+        for configurable in (self.config, self.magics):
+            if configurable in shell.configurables:
+                shell.configurables.remove(configurable)
         self.engine.detach()
 
     # -- events --------------------------------------------------------------------------

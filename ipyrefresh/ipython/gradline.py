@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from autograd.tracer import isbox
 
 TRANSFORM_FLAGS = {
     "--grad": "grad",
@@ -173,6 +174,19 @@ def check_inputs(call: GradCall, argnum: int | tuple[int, ...]) -> None:
             )
 
 
+def _box_reached_plain_numpy(exc: BaseException) -> bool:
+    """Did a traced value end up inside numpy itself (not autograd.numpy)?"""
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        name = frame.f_code.co_filename.replace("\\", "/")
+        plain_numpy = "/numpy/" in name and "/autograd/" not in name
+        if plain_numpy and any(isbox(v) for v in list(frame.f_locals.values())):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def explain_failure(exc: BaseException, call: GradCall, transform: str) -> str:
     """One line for an exception raised while computing a derivative."""
     try:
@@ -180,7 +194,7 @@ def explain_failure(exc: BaseException, call: GradCall, transform: str) -> str:
     except Exception:
         msg = "<unprintable>"
     first = msg.strip().splitlines()[0] if msg.strip() else ""
-    if "ArrayBox" in msg or "SequenceBox" in msg:
+    if "ArrayBox" in msg or "SequenceBox" in msg or _box_reached_plain_numpy(exc):
         return (
             f"cannot differentiate {call.name}: it calls a function autograd cannot trace "
             f"({first}); use autograd.numpy instead of numpy"

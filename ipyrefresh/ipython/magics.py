@@ -96,6 +96,20 @@ class IPyRefreshMagics(Magics):
             print(f"  note: {e['name']} runs on plain autograd: {e['fallback']}")
 
     @line_magic
+    def callgraph(self, line: str) -> None:
+        """Show what the cached derivatives of a function depend on: ``%callgraph f``.
+
+        A picture in a notebook (needs ``ipyrefresh[callgraph]``), a tree in a terminal;
+        ``--text`` or ``--svg`` picks one.
+        """
+        from .callgraph import CallgraphError, run
+
+        try:
+            run(self.shell, self.engine, line)
+        except CallgraphError as exc:
+            raise UsageError(f"%callgraph: {exc}") from None
+
+    @line_magic
     def refresh(self, line: str) -> None:
         """Rebuild stale derivatives now: ``%refresh [name] [--all]``."""
         words = line.split()

@@ -1,0 +1,428 @@
+"""``%callgraph f``: what the cached derivatives of ``f`` depend on, and why they are stale.
+
+Each derivative shows as a picture in a notebook (SVG: functions laid out in layers from
+the differentiated function down, static calls drawn solid, calls only seen at run time
+dashed, the changed binding in red and what it made stale in orange) and as a text tree
+in a terminal. Both come from one display bundle, so the front end picks.
+
+The picture needs the optional extra ``ipyrefresh[callgraph]`` (networkx lays the graph
+out, matplotlib draws it, both from PyPI wheels). Without it the text form still works.
+Only matplotlib's object API is used, never ``pyplot``: importing pyplot in a kernel
+would install matplotlib's inline hooks into the user's shell.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._src.engine import Engine, describe_entry
+
+INSTALL_HINT = "pip install 'ipyrefresh[callgraph]'"
+USAGE = "usage: %callgraph [--text|--svg] NAME  (NAME: a function or a derivative handle)"
+_MAX_WATCHED_SHOWN = 24
+
+# Colours (fill, edge) by node state.
+_COLOURS = {
+    "changed": ("#f8b4b4", "#c81e1e"),
+    "stale": ("#fde2b8", "#d97706"),
+    "fresh": ("#d1fae5", "#047857"),
+    "error": ("#f8b4b4", "#c81e1e"),
+    "watched": ("#f3f4f6", "#6b7280"),
+}
+_EDGE_STYLE = {"static": "solid", "dynamic": "dashed", "both": "solid"}
+
+
+class CallgraphError(Exception):
+    """A one-line, user-facing error about a ``%callgraph`` line."""
+
+
+def picture_support() -> str:
+    """Empty if the picture can be drawn, else why not (a one-line message)."""
+    try:
+        import matplotlib  # noqa: F401
+        import networkx  # noqa: F401
+    except ImportError as exc:
+        return f"the picture needs {exc.name}: {INSTALL_HINT}"
+    return ""
+
+
+@dataclass
+class GraphView:
+    """One derivative's dependency graph, ready to print or draw (no user objects held)."""
+
+    name: str
+    root: str
+    state: str  # "fresh" | "stale" | "error" | "unbuilt"
+    reasons: list[str]
+    edges: dict[tuple[str, str], str]
+    watched: list[str]
+    changed: dict[str, str] = field(default_factory=dict)  # label -> what happened
+    stale_nodes: set[str] = field(default_factory=set)
+    error: str = ""
+    note: str = ""
+    side_effects: list[str] = field(default_factory=list)
+    picture_hint: str = ""
+
+    # -- structure -------------------------------------------------------------------------
+    @property
+    def functions(self) -> list[str]:
+        """Function nodes: the root and every edge endpoint, root first."""
+        seen = {self.root: None}
+        for a, b in self.edges:
+            seen.setdefault(a, None)
+            seen.setdefault(b, None)
+        return list(seen)
+
+    def children(self, node: str) -> list[tuple[str, str]]:
+        return sorted((b, kind) for (a, b), kind in self.edges.items() if a == node)
+
+    def node_state(self, node: str) -> str:
+        if node in self.changed:
+            return "changed"
+        if node in self.stale_nodes:
+            return "error" if self.state == "error" else "stale"
+        if node in self.functions:
+            return "fresh"  # unaffected by the change (it is rebuilt with the rest)
+        return "watched"
+
+    def headline(self) -> str:
+        if self.state == "fresh":
+            return f"{self.name}: fresh"
+        if self.state == "unbuilt":
+            return f"{self.name}: not built yet" + (f" ({self.error})" if self.error else "")
+        if self.state == "error":
+            return f"{self.name}: failed to build ({self.error})"
+        why = "; ".join(self.reasons) if self.reasons else "stale"
+        return f"{self.name}: stale ({why})"
+
+    # -- text ------------------------------------------------------------------------------
+    def text(self) -> str:
+        lines = [self.headline()]
+        if self.state == "unbuilt":
+            return lines[0]
+        shown: set[str] = set()
+
+        def mark(node: str) -> str:
+            state = self.node_state(node)
+            if state == "changed":
+                return f"  <- {self.changed[node]}"
+            return "  (stale)" if state in ("stale", "error") and self.state != "fresh" else ""
+
+        def walk(node: str, prefix: str, path: tuple[str, ...]) -> None:
+            kids = self.children(node)
+            for i, (child, kind) in enumerate(kids):
+                last = i == len(kids) - 1
+                branch = "└── " if last else "├── "
+                how = "static+dynamic" if kind == "both" else kind
+                if child in path:
+                    lines.append(f"{prefix}{branch}{child} [{how}] (recursive call)")
+                    continue
+                if child in shown:
+                    lines.append(f"{prefix}{branch}{child} [{how}] (see above){mark(child)}")
+                    continue
+                shown.add(child)
+                lines.append(f"{prefix}{branch}{child} [{how}]{mark(child)}")
+                walk(child, prefix + ("    " if last else "│   "), (*path, child))
+
+        shown.add(self.root)
+        lines.append(f"{self.root}{mark(self.root)}")
+        walk(self.root, "", (self.root,))
+        rest = [f for f in self.functions if f not in shown]
+        for node in rest:  # reached only from code outside the tree (rare)
+            for child, kind in self.children(node):
+                lines.append(f"{node} -> {child} [{kind}]{mark(child)}")
+        if self.watched:
+            shown_w = [
+                f"{w} <- {self.changed[w]}" if w in self.changed else w
+                for w in self.watched[:_MAX_WATCHED_SHOWN]
+            ]
+            more = len(self.watched) - len(shown_w)
+            tail = f", and {more} more" if more > 0 else ""
+            lines.append("watches: " + ", ".join(shown_w) + tail)
+        lines.extend(f"note: {s}" for s in self.side_effects)
+        if self.note:
+            lines.append(f"note: {self.note}")
+        return "\n".join(lines)
+
+    # -- picture ---------------------------------------------------------------------------
+    def svg(self) -> str:
+        """The graph as an SVG document (needs ``ipyrefresh[callgraph]``)."""
+        why = picture_support()
+        if why:
+            raise CallgraphError(why)
+        return _draw(self)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        text = self.text()
+        bundle = {"text/plain": text}
+        if self.state != "unbuilt" and not picture_support():
+            bundle["image/svg+xml"] = self.svg()
+        elif self.picture_hint:
+            bundle["text/plain"] = f"{text}\n({self.picture_hint})"
+        return bundle
+
+    def __repr__(self) -> str:
+        return self.text()
+
+
+# -- building views from the engine ------------------------------------------------------------
+def _changed_labels(entry: Any, engine: Engine, nodes: set[str]) -> dict[str, str]:
+    """Labels of the bindings whose change made ``entry`` stale, with what happened."""
+    by_text = {c.describe(): c for c in list(engine.world.history)}
+    changed: dict[str, str] = {}
+    for reason in entry.reasons:
+        event = by_text.get(reason)
+        if event is not None:
+            label, what = event.label, reason[len(event.label) + 1 :]
+        else:
+            label, _, what = reason.partition(" ")
+        if label in nodes:
+            changed[label] = what
+    return changed
+
+
+def _ancestors(edges: Iterable[tuple[str, str]], targets: Iterable[str]) -> set[str]:
+    callers: dict[str, set[str]] = {}
+    for a, b in edges:
+        callers.setdefault(b, set()).add(a)
+    seen: set[str] = set()
+    todo = deque(targets)
+    while todo:
+        node = todo.popleft()
+        for caller in callers.get(node, ()):
+            if caller not in seen:
+                seen.add(caller)
+                todo.append(caller)
+    return seen
+
+
+def view_of(entry: Any, engine: Engine) -> GraphView:
+    """A :class:`GraphView` of one cache entry."""
+    graph = entry.graph
+    name = describe_entry(entry)
+    root = entry.target.label
+    if graph is None:
+        return GraphView(name, root, "unbuilt", list(entry.reasons), {}, [], error=entry.error)
+    edges = dict(graph.edges)
+    view = GraphView(
+        name,
+        root,
+        "fresh",
+        [],
+        edges,
+        [],
+        note=graph.note,
+        side_effects=list(graph.side_effects),
+    )
+    functions = set(view.functions)
+    view.watched = [d for d in graph.deps if d not in functions]
+    if entry.stale:
+        view.state = "error" if entry.error else "stale"
+        view.error = entry.error
+        view.reasons = list(entry.reasons)
+        view.changed = _changed_labels(entry, engine, functions | set(graph.deps))
+        stale = _ancestors(edges, view.changed) | {root}
+        view.stale_nodes = stale | (functions if not view.changed else set())
+    return view
+
+
+def views_for(engine: Engine, name: str, ns: dict[str, Any] | None) -> list[GraphView]:
+    """Views of every cached derivative whose target is ``name`` (or that handle's target)."""
+    from .._src.handles import Derivative
+
+    entries = [e for e in engine.cache if e.target.label == name]
+    value = ns.get(name) if ns is not None else None
+    if not entries and type(value) is Derivative:
+        target = value.target
+        entries = [e for e in engine.cache if e.target is target]
+        if not entries:
+            raise CallgraphError(f"{name!r} has not been called yet; call it once first")
+    if not entries:
+        if ns is not None and name not in ns:
+            raise CallgraphError(f"name {name!r} is not defined")
+        raise CallgraphError(
+            f"no derivative of {name!r} has been computed yet; call grad({name})(...) "
+            f"or %grad {name}(...) first"
+        )
+    entries.sort(key=lambda e: e.id)
+    return [view_of(e, engine) for e in entries]
+
+
+def parse_line(line: str) -> tuple[str, str]:
+    """``[--text|--svg] NAME`` -> (form, name); form is "auto", "text" or "svg"."""
+    form = "auto"
+    names = []
+    for word in line.split():
+        if word in ("--text", "-t"):
+            form = "text"
+        elif word == "--svg":
+            form = "svg"
+        elif word.startswith("-"):
+            raise CallgraphError(f"unknown option {word!r}. {USAGE}")
+        else:
+            names.append(word)
+    if len(names) != 1:
+        raise CallgraphError(USAGE)
+    if not names[0].isidentifier():
+        raise CallgraphError(f"{names[0]!r} is not a name. {USAGE}")
+    return form, names[0]
+
+
+def in_kernel(shell: Any) -> bool:
+    """True in a Jupyter kernel (a front end that can show pictures)."""
+    return getattr(shell, "kernel", None) is not None
+
+
+def run(shell: Any, engine: Engine, line: str) -> None:
+    """The body of ``%callgraph``; raises :class:`CallgraphError` for the user."""
+    from IPython.display import display
+
+    form, name = parse_line(line)
+    if form == "svg" and picture_support():
+        raise CallgraphError(picture_support())
+    views = views_for(engine, name, shell.user_ns if shell is not None else None)
+    hint = ""
+    if form == "auto" and in_kernel(shell) and picture_support():
+        hint = f"text only: {picture_support()}"
+    for view in views:
+        view.picture_hint = hint
+        if form == "text":
+            display({"text/plain": view.text()}, raw=True)
+        elif form == "svg":
+            display({"image/svg+xml": view.svg(), "text/plain": view.headline()}, raw=True)
+        else:
+            display(view)
+
+
+# -- drawing ---------------------------------------------------------------------------------
+def _layers(view: GraphView) -> list[list[str]]:
+    """Functions in rows by call depth from the root; rows ordered to limit crossings."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    g.add_nodes_from(view.functions)
+    g.add_edges_from(view.edges)
+    depth = nx.single_source_shortest_path_length(g, view.root)
+    bottom = max(depth.values(), default=0) + 1
+    rows: dict[int, list[str]] = {}
+    for node in g.nodes:
+        rows.setdefault(depth.get(node, bottom), []).append(node)
+    ordered: list[list[str]] = []
+    position: dict[str, float] = {}
+    for level in sorted(rows):
+        row = rows[level]
+
+        def barycentre(node: str) -> tuple[float, str]:
+            parents = [position[p] for p in g.predecessors(node) if p in position]
+            return (sum(parents) / len(parents) if parents else float("inf"), node)
+
+        row.sort(key=barycentre)
+        for i, node in enumerate(row):
+            position[node] = i - (len(row) - 1) / 2
+        ordered.append(row)
+    return ordered
+
+
+def _draw(view: GraphView) -> str:
+    import matplotlib
+    from matplotlib.backends.backend_svg import FigureCanvasSVG
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    rows = _layers(view)
+    watched = view.watched[:_MAX_WATCHED_SHOWN]
+    wrow = [watched[i : i + 6] for i in range(0, len(watched), 6)]
+    width = max([len(r) for r in rows] + [len(r) for r in wrow] + [3])
+    height = len(rows) + len(wrow) + (0.6 if wrow else 0)
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ipyrefresh"}):
+        fig = Figure(figsize=(max(2.2 * width, 6.5), 1.1 * height + 1.6))
+        FigureCanvasSVG(fig)
+        ax = fig.add_axes((0.01, 0.01, 0.98, 0.86))
+        ax.set_axis_off()
+        ax.set_xlim(-width / 2 - 0.2, width / 2 + 0.2)
+        ax.set_ylim(-height + 0.3, 0.7)
+        xy: dict[str, tuple[float, float]] = {}
+        for level, row in enumerate(rows):
+            for i, node in enumerate(row):
+                xy[node] = (i - (len(row) - 1) / 2, -float(level))
+        boxes: dict[str, Any] = {}
+        for node, (x, y) in xy.items():
+            fill, edge = _COLOURS[view.node_state(node)]
+            weight = "bold" if node == view.root else "normal"
+            boxes[node] = ax.text(
+                x,
+                y,
+                node,
+                ha="center",
+                va="center",
+                fontsize=10,
+                family="monospace",
+                weight=weight,
+                gid=f"node-{node}",
+                bbox={"boxstyle": "round,pad=0.4", "fc": fill, "ec": edge, "lw": 1.5},
+            )
+        for (a, b), kind in sorted(view.edges.items()):
+            (xa, ya), (xb, yb) = xy[a], xy[b]
+            props: dict[str, Any] = {
+                "arrowstyle": "-|>",
+                "linestyle": _EDGE_STYLE.get(kind, "solid"),
+                "lw": 2.4 if kind == "both" else 1.3,
+                "color": "#374151",
+                "shrinkA": 12,
+                "shrinkB": 12,
+            }
+            if a == b:  # direct recursion: a loop on the right of the box
+                props.update(connectionstyle="arc3,rad=-2.5", shrinkA=0, shrinkB=0)
+                ax.annotate(
+                    "",
+                    xy=(xa + 0.3, ya + 0.06),
+                    xytext=(xa + 0.3, ya - 0.06),
+                    arrowprops=props,
+                    gid=f"edge-{kind}-{a}->{b}",
+                )
+                continue
+            if yb >= ya:  # a call back up (mutual recursion): curve it
+                props["connectionstyle"] = "arc3,rad=0.35"
+            ax.annotate(
+                "", xy=(xb, yb), xytext=(xa, ya), arrowprops=props, gid=f"edge-{kind}-{a}->{b}"
+            )
+        top = -float(len(rows)) - 0.1
+        if wrow:
+            ax.text(
+                -width / 2, top + 0.35, "also watches:", fontsize=9, color="#6b7280", va="center"
+            )
+        for r, names in enumerate(wrow):
+            for i, node in enumerate(names):
+                fill, edge = _COLOURS["changed" if node in view.changed else "watched"]
+                ax.text(
+                    i - (len(names) - 1) / 2,
+                    top - 0.2 - r * 0.8,
+                    node,
+                    ha="center",
+                    va="center",
+                    fontsize=9,
+                    family="monospace",
+                    gid=f"watched-{node}",
+                    bbox={"boxstyle": "square,pad=0.3", "fc": fill, "ec": edge, "lw": 1},
+                )
+        title = view.headline()
+        if len(title) > 110:
+            title = title[:107] + "..."
+        fig.suptitle(title, fontsize=11, family="monospace", y=0.98)
+        handles = [
+            Line2D([], [], color="#374151", lw=1.3, label="static call"),
+            Line2D([], [], color="#374151", lw=1.3, ls="dashed", label="dynamic call"),
+            Line2D([], [], color="#374151", lw=2.4, label="static and dynamic"),
+            Patch(fc=_COLOURS["fresh"][0], ec=_COLOURS["fresh"][1], label="fresh"),
+            Patch(fc=_COLOURS["stale"][0], ec=_COLOURS["stale"][1], label="stale"),
+            Patch(fc=_COLOURS["changed"][0], ec=_COLOURS["changed"][1], label="changed"),
+        ]
+        ax.legend(handles=handles, loc="upper right", fontsize=8, frameon=False)
+        out = io.StringIO()
+        fig.savefig(out, format="svg")
+    return out.getvalue()

@@ -1,0 +1,79 @@
+"""Shared fixtures: a fresh engine and a real IPython shell with ipyrefresh loaded."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from ipyrefresh._src import handles
+from ipyrefresh._src.engine import Engine
+
+
+class CellError(AssertionError):
+    pass
+
+
+class Shell:
+    """A thin driver over a real ``InteractiveShell``: run cells like a user does."""
+
+    def __init__(self, shell: InteractiveShell) -> None:
+        self.shell = shell
+
+    @property
+    def ns(self) -> dict[str, Any]:
+        return self.shell.user_ns
+
+    def run(self, code: str) -> Any:
+        """Run a cell (stored in history, so cell numbers advance); fail the test on error."""
+        result = self.shell.run_cell(code, store_history=True)
+        error = result.error_before_exec or result.error_in_exec
+        if error is not None:
+            raise CellError(f"cell failed: {type(error).__name__}: {error}\n{code}")
+        return result.result
+
+    def run_error(self, code: str) -> BaseException:
+        """Run a cell that is expected to fail; return its exception."""
+        result = self.shell.run_cell(code, store_history=True)
+        error = result.error_before_exec or result.error_in_exec
+        assert error is not None, f"cell unexpectedly succeeded:\n{code}"
+        return error
+
+    @property
+    def count(self) -> int:
+        """The number the next cell will get."""
+        return self.shell.execution_count
+
+
+@pytest.fixture
+def engine() -> Iterator[Engine]:
+    """A fresh process-wide engine for one test."""
+    old = handles._engine
+    handles._engine = Engine()
+    try:
+        yield handles._engine
+    finally:
+        handles._engine = old
+
+
+@pytest.fixture
+def bare_shell(engine: Engine) -> Iterator[Shell]:
+    """The real IPython shell, reset, without ipyrefresh loaded."""
+    shell = InteractiveShell.instance()
+    shell.reset(new_session=False)
+    shell.config.pop("IPyRefresh", None)  # %config in an earlier test must not leak
+    shell.execution_count = 1
+    shell.run_line_magic("unload_ext", "ipyrefresh")
+    yield Shell(shell)
+    shell.run_line_magic("unload_ext", "ipyrefresh")
+    shell.reset(new_session=False)
+
+
+@pytest.fixture
+def ip(bare_shell: Shell) -> Iterator[Shell]:
+    """The real IPython shell with ``%load_ext ipyrefresh`` and the usual imports."""
+    bare_shell.run("%load_ext ipyrefresh")
+    bare_shell.run("import autograd.numpy as np\nfrom ipyrefresh import grad")
+    yield bare_shell

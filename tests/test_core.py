@@ -1,0 +1,396 @@
+"""The core issue's example, line by line, in a real IPython shell, plus the change kinds
+the namespace watcher must catch. The oracle is always a fresh autograd computation."""
+
+from __future__ import annotations
+
+import autograd
+import numpy as onp
+import pytest
+
+import ipyrefresh
+from ipyrefresh._src.engine import Engine
+
+from .conftest import Shell
+
+
+def entry(name: str) -> dict:
+    matches = [e for e in ipyrefresh.status()["entries"] if e["name"] == name]
+    assert len(matches) == 1, (name, ipyrefresh.status()["entries"])
+    return matches[0]
+
+
+def test_issue_example_line_by_line(ip: Shell, capsys: pytest.CaptureFixture[str]) -> None:
+    ip.run("def h(x): return 2 * x")
+    ip.run("dh = grad(h)")
+    assert ip.run("dh(1.0)") == 2.0
+    ip.run("def h(x): return 10 * x")
+    assert ip.run("dh(1.0)") == 10.0  # the handle follows the name h
+    ip.run("def g(x): return 2 * x")
+    ip.run("def h(x): return 2 * g(x)")
+    assert ip.run("dh(1.0)") == 4.0
+    ip.run("def unrelated(x): return np.sin(x)")
+    assert ip.run("grad(unrelated)(0.0)") == 1.0
+    rebuilds_before = entry("grad(unrelated)")["rebuilds"]
+    g_cell = ip.count
+    ip.run("def g(x): return 10 * x")
+    # A callee changed: grad(h) is stale, with the reason, and grad(unrelated) is not.
+    assert entry("grad(h)")["state"] == "stale"
+    assert f"g redefined in cell [{g_cell}]" in entry("grad(h)")["reasons"]
+    assert entry("grad(unrelated)")["state"] == "fresh"
+    assert ip.run("dh(1.0)") == 20.0
+    assert ip.run("grad(unrelated)(0.0)") == 1.0
+    assert entry("grad(unrelated)")["rebuilds"] == rebuilds_before
+
+    ip.run("a = 3.0")
+    ip.run("def k(x): return a * np.sin(x)")
+    assert ip.run("grad(k)(0.0)") == 3.0
+    ip.run("a = 5.0")
+    assert "a rebound" in entry("grad(k)")["reasons"][0]
+    assert ip.run("grad(k)(0.0)") == 5.0
+
+    ip.run("fs = [h, g]")
+    ip.run("def d(x): return fs.pop()(x)")
+    assert ip.run("grad(d)(1.0)") == 10.0  # pops g
+    assert ip.run("grad(d)(1.0)") == 20.0  # pops h: plain autograd would do the same
+
+    capsys.readouterr()
+    assert ip.run("%grad h(1.0)") == 20.0
+    ip.run("def f(x, y): return x * y ** 3")
+    assert ip.run("%grad -a 1 f(1.0, 2.0)") == 12.0
+    ip.run("%stale")
+    # d's own pop() changed fs in place: seen after the cell, d rebuilds on its next call.
+    out = capsys.readouterr().out
+    assert "1 of 5 derivatives stale" in out and "grad(d)  fs changed in place" in out
+    ip.run("def g(x): return 3 * x")
+    ip.run("%stale")
+    out = capsys.readouterr().out
+    assert "grad(h)" in out and "g redefined in cell" in out
+    ip.run("%refresh")
+    out = capsys.readouterr().out
+    # grad(h) rebuilds; grad(d) cannot: fs is empty now, and d's own error is reported.
+    assert "rebuilt 1, 1 failed" in out and "IndexError: pop from empty list" in out
+    assert entry("grad(h)")["state"] == "fresh"
+    assert ip.run("dh(1.0)") == 6.0
+
+
+def test_grad_magic_transforms(ip: Shell) -> None:
+    ip.run("def f(x, y): return x ** 2 * y ** 3")
+    ip.run("def v(x): return np.sin(x) * x")
+    assert ip.run("%grad f(1.5, 2.0)") == pytest.approx(2 * 1.5 * 8)
+    assert ip.run("%grad -a 1 f(1.5, 2.0)") == pytest.approx(1.5**2 * 3 * 4)
+    both = ip.run("%grad -a 0,1 f(1.5, 2.0)")
+    assert both == pytest.approx((24.0, 27.0))
+    assert ip.run("%grad --hessian f(1.5, 2.0)") == pytest.approx(2 * 8)
+    value, g = ip.run("%grad --value f(1.5, 2.0)")
+    assert value == pytest.approx(18.0) and g == pytest.approx(24.0)
+    x = onp.linspace(0.1, 1.0, 4)
+    ip.ns["xs"] = x
+    jac = ip.run("%grad --jacobian v(xs)")
+    expected = autograd.jacobian(lambda t: autograd.numpy.sin(t) * t)(x)
+    onp.testing.assert_allclose(jac, expected)
+    ew = ip.run("%grad --elementwise v(xs)")
+    onp.testing.assert_allclose(ew, onp.diag(expected))
+    assert ip.run("%grad f(*[1.5], y=2.0)") == pytest.approx(24.0)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("%grad h(", "could not parse"),
+        ("%grad nosuch(1.0)", "name 'nosuch' is not defined"),
+        ("%grad a(1.0)", "'a' is not callable"),
+        ("%grad h", "expected a call"),
+        ("%grad", "nothing to differentiate"),
+        ("%grad --frobnicate h(1.0)", "unknown option"),
+        ("%grad -a x h(1.0)", "argnum must be an integer"),
+        ("%grad -a 3 h(1.0)", "argnum 3 is out of range"),
+        ("%grad h(1)", "an integer"),
+        ("%grad vec(1.0)", "cannot differentiate vec"),
+        ("%grad boom(1.0)", "boom(...) raised ZeroDivisionError"),
+        ("%grad plain(1.0)", "autograd.numpy instead of numpy"),
+        ("%grad gen(1.0)", "generator function"),
+        ("%grad --backend nope h(1.0)", "unknown backend"),
+    ],
+)
+def test_grad_magic_errors_are_one_line(
+    ip: Shell, capsys: pytest.CaptureFixture[str], line: str, message: str
+) -> None:
+    ip.run("def h(x): return x * 2\na = 1.0")
+    ip.run("def vec(x): return np.array([x, x])")
+    ip.run("def boom(x): raise ZeroDivisionError('no')")
+    ip.run("import numpy\ndef plain(x): return numpy.interp(x, [0.0, 1.0], [0.0, 2.0])")
+    ip.run("def gen(x):\n    yield x")
+    before = dict(ip.ns)
+    capsys.readouterr()
+    error = ip.run_error(line)
+    out, err = capsys.readouterr()
+    assert type(error).__name__ == "UsageError"
+    assert message in str(error)
+    assert "Traceback" not in out + err
+    assert len(str(error).splitlines()) == 1
+    # The user's namespace is untouched (IPython's own _ bookkeeping aside).
+    after = {k: v for k, v in ip.ns.items() if not k.startswith("_")}
+    assert after == {k: v for k, v in before.items() if not k.startswith("_")}
+    # And the shell keeps working.
+    assert ip.run("%grad h(1.0)") == 2.0
+
+
+def test_data_globals_inplace_arrays_and_containers(ip: Shell) -> None:
+    ip.run("w = np.array([1.0, 2.0, 3.0])")
+    ip.run("def loss(x): return np.sum(w * x ** 2)")
+    ip.run("dl = grad(loss)")
+    x = onp.array([1.0, 1.0, 1.0])
+    ip.ns["x"] = x
+    onp.testing.assert_allclose(ip.run("dl(x)"), [2.0, 4.0, 6.0])
+    ip.run("w[0] = 10.0")
+    assert "w changed in place" in entry("grad(loss)")["reasons"][0]
+    onp.testing.assert_allclose(ip.run("dl(x)"), [20.0, 4.0, 6.0])
+    # A dict of parameters read by the function, changed in place.
+    ip.run("params = {'scale': 2.0}")
+    ip.run("def s(x): return params['scale'] * x ** 2")
+    assert ip.run("grad(s)(1.0)") == 4.0
+    ip.run("params['scale'] = 7.0")
+    assert "params changed in place" in entry("grad(s)")["reasons"][0]
+    assert ip.run("grad(s)(1.0)") == 14.0
+    # A list of callees: appending a new one is seen.
+    ip.run("def one(x): return x\ndef two(x): return 2 * x")
+    ip.run("fs = [one]")
+    ip.run("def last(x): return fs[-1](x)")
+    assert ip.run("grad(last)(1.0)") == 1.0
+    ip.run("fs.append(two)")
+    assert entry("grad(last)")["state"] == "stale"
+    assert ip.run("grad(last)(1.0)") == 2.0
+
+
+def test_dynamic_edges_see_what_static_analysis_cannot(ip: Shell) -> None:
+    ip.run("def g(x): return 2 * x")
+    ip.run("suffix = ''")
+    ip.run("def d(x): return globals()['g' + suffix](x)")
+    assert ip.run("grad(d)(1.0)") == 2.0
+    e = entry("grad(d)")
+    assert "g" in e["deps"]  # only the traced run can know this
+    ip.run("def g(x): return 5 * x")
+    assert entry("grad(d)")["state"] == "stale"
+    assert ip.run("grad(d)(1.0)") == 5.0
+
+
+def test_without_dynamic_edges_the_dispatch_goes_unseen(ip: Shell) -> None:
+    ip.run("%config IPyRefresh.record_dynamic_edges = False")
+    ip.run("def g(x): return 2 * x\nsuffix = ''")
+    ip.run("def d(x): return globals()['g' + suffix](x)")
+    assert ip.run("grad(d)(1.0)") == 2.0
+    assert "g" not in entry("grad(d)")["deps"]
+    ip.run("def g(x): return 5 * x")
+    assert entry("grad(d)")["state"] == "fresh"  # the recorder is what catches it
+
+
+def test_custom_gradient_rules_and_negative_edges(ip: Shell) -> None:
+    ip.run("from autograd.extend import primitive, defvjp")
+    ip.run("@primitive\ndef sq(x): return x * x")
+    ip.run("defvjp(sq, lambda ans, x: lambda v: v * 2 * x)")
+    ip.run("def h(x): return 3 * sq(x)")
+    ip.run("dh = grad(h)")
+    assert ip.run("dh(2.0)") == 12.0
+    # Replacing the rule without rebinding any name.
+    ip.run("defvjp(sq, lambda ans, x: lambda v: v * 100.0)")
+    assert "sq gradient rule changed" in entry("grad(h)")["reasons"][0]
+    assert ip.run("dh(2.0)") == 300.0
+    # A plain function later replaced by a primitive with its own rule.
+    ip.run("def cube(x): return x ** 3")
+    ip.run("def k(x): return cube(x)")
+    assert ip.run("grad(k)(1.0)") == 3.0
+    ip.run("cube = primitive(lambda x: x ** 3)\ndefvjp(cube, lambda ans, x: lambda v: -v)")
+    assert ip.run("grad(k)(1.0)") == -1.0
+    # Defining a global that shadows a builtin the function used.
+    ip.run("def m(x): return abs(x) * 2")
+    assert ip.run("grad(m)(-1.0)") == -2.0
+    ip.run("def abs(x): return x")
+    assert "abs defined" in entry("grad(m)")["reasons"][0]
+    assert ip.run("grad(m)(-1.0)") == 2.0
+    ip.run("del abs")
+
+
+def test_exec_globals_del_star_import_and_decorators(ip: Shell, tmp_path, monkeypatch) -> None:
+    ip.run("def g(x): return 2 * x\ndef h(x): return g(x) + 1")
+    ip.run("dh = grad(h)")
+    assert ip.run("dh(1.0)") == 2.0
+    ip.run("exec('def g(x): return 3 * x', globals())")
+    assert ip.run("dh(1.0)") == 3.0
+    ip.run("globals()['g'] = lambda x: 4 * x")
+    assert ip.run("dh(1.0)") == 4.0
+    ip.run("del g")
+    assert "g deleted" in entry("grad(h)")["reasons"][0]
+    error = ip.run_error("dh(1.0)")
+    assert isinstance(error, NameError)
+    mod = tmp_path / "starmod.py"
+    mod.write_text("def g(x):\n    return 6 * x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ip.run("from starmod import *")
+    assert ip.run("dh(1.0)") == 6.0
+    # Decorators and functools.partial
+    ip.run(
+        "import functools\n"
+        "def deco(f):\n    @functools.wraps(f)\n    def w(x): return f(x)\n    return w"
+    )
+    ip.run("@deco\ndef p(x): return 5 * x")
+    ip.run("def q(x): return p(x)")
+    assert ip.run("grad(q)(1.0)") == 5.0
+    ip.run("@deco\ndef p(x): return 7 * x")
+    assert ip.run("grad(q)(1.0)") == 7.0
+    ip.run("def scaled(x, c): return c * x\npart = functools.partial(scaled, c=2.0)")
+    ip.run("def r(x): return part(x)")
+    assert ip.run("grad(r)(1.0)") == 2.0
+    ip.run("part = functools.partial(scaled, c=9.0)")
+    assert ip.run("grad(r)(1.0)") == 9.0
+
+
+def test_lambdas_classes_methods_and_code_swaps(ip: Shell) -> None:
+    ip.run("k = lambda x: 2 * x")
+    ip.run("dk = grad(k)")
+    assert ip.run("dk(1.0)") == 2.0
+    ip.run("k = lambda x: 3 * x")
+    assert ip.run("dk(1.0)") == 3.0
+    ip.run("class Model:\n    c = 2.0\n    def f(self, x): return self.c * x ** 2")
+    ip.run("m = Model()\ndef loss(x): return m.f(x)")
+    assert ip.run("grad(loss)(1.0)") == 4.0
+    ip.run("Model.f = lambda self, x: self.c * x ** 3")
+    assert entry("grad(loss)")["state"] == "stale"
+    assert ip.run("grad(loss)(1.0)") == 6.0
+    ip.run("class Model:\n    c = 5.0\n    def f(self, x): return self.c * x\nm = Model()")
+    assert ip.run("grad(loss)(1.0)") == 5.0
+    # IPython's autoreload swaps __code__ in place; identity alone would miss it.
+    ip.run("def g(x): return 2 * x\ndef h(x): return g(x)")
+    assert ip.run("grad(h)(1.0)") == 2.0
+    ip.run("def g2(x): return 8 * x\ng.__code__ = g2.__code__")
+    assert "g code changed in place" in entry("grad(h)")["reasons"][0]
+    assert ip.run("grad(h)(1.0)") == 8.0
+
+
+def test_redefinition_within_one_cell(ip: Shell) -> None:
+    ip.run("def g(x): return 2 * x\ndef h(x): return g(x)\ndh = grad(h)")
+    assert ip.run("dh(1.0)") == 2.0
+    results = ip.run(
+        "r1 = dh(1.0)\ndef g(x): return 3 * x\nr2 = dh(1.0)\ng = lambda x: 4 * x\n(r1, r2, dh(1.0))"
+    )
+    assert results == (2.0, 3.0, 4.0)
+    out = ip.run(
+        "out = []\nfor g in [lambda x: 5 * x, lambda x: 6 * x]:\n    out.append(dh(1.0))\nout"
+    )
+    assert out == [5.0, 6.0]
+
+
+def test_world_age_is_the_fast_path(ip: Shell) -> None:
+    ip.run("def h(x): return np.sin(x)\ndh = grad(h)")
+    ip.run("dh(0.5)")
+    e = ip.ns["dh"]._entries
+    (only,) = e.values()
+    world = ipyrefresh.get_engine().world.now
+    assert only.world == world  # validated in the current world
+    ip.run("z = 1")  # an unrelated cell does not move the world
+    assert ipyrefresh.get_engine().world.now == world
+    hits = only.hits
+    ip.run("dh(0.5)")
+    assert only.hits == hits + 1 and only.last_event == "cache hit"
+
+
+def test_eager_mode_rebuilds_after_the_cell(ip: Shell) -> None:
+    ip.run("%config IPyRefresh.mode = 'eager'")
+    ip.run("def g(x): return 2 * x\ndef h(x): return g(x)\ndh = grad(h)")
+    assert ip.run("dh(1.0)") == 2.0
+    ip.run("def g(x): return 3 * x")
+    e = entry("grad(h)")
+    assert e["state"] == "fresh" and e["rebuilds"] == 1
+    assert ip.run("dh(1.0)") == 3.0
+    assert entry("grad(h)")["rebuilds"] == 1  # already rebuilt: this call was a hit
+
+
+def test_refresh_by_name(ip: Shell, capsys: pytest.CaptureFixture[str]) -> None:
+    ip.run("def g(x): return 2 * x\ndef u(x): return 3 * x")
+    ip.run("def h(x): return g(x)\ndef k(x): return u(x)")
+    ip.run("grad(h)(1.0); grad(k)(1.0)")
+    ip.run("def g(x): return 4 * x\ndef u(x): return 5 * x")
+    ip.run("%refresh g")
+    assert entry("grad(h)")["state"] == "fresh"
+    assert entry("grad(k)")["state"] == "stale"
+    ip.run("%refresh")
+    assert entry("grad(k)")["state"] == "fresh"
+    ip.run("%refresh")
+    assert "Nothing to refresh" in capsys.readouterr().out
+
+
+def test_cache_is_bounded(ip: Shell) -> None:
+    ip.run("%config IPyRefresh.max_entries = 3")
+    ip.run("def f(x, n): return x ** n")
+    for n in range(1, 7):
+        assert ip.run(f"grad(f)(2.0, {n})") == pytest.approx(n * 2.0 ** (n - 1))
+    status = ipyrefresh.status()
+    assert status["entries_total"] == 3
+    assert status["evictions"] == 3
+
+
+def test_hook_failure_never_breaks_a_cell(
+    ip: Shell, engine: Engine, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    def broken(cell: int | None) -> list:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(engine, "after_cell", broken)
+    assert ip.run("1 + 1") == 2
+    assert ip.run("2 + 2") == 4
+    err = capsys.readouterr().err
+    assert err.count("ipyrefresh: internal error") == 1
+
+
+def test_unload_restores_the_shell_and_reload_works(bare_shell: Shell) -> None:
+    shell = bare_shell.shell
+    events = {k: list(v) for k, v in shell.events.callbacks.items()}
+    line_magics = set(shell.magics_manager.magics["line"])
+    transformers = list(shell.ast_transformers)
+    configurables = list(shell.configurables)
+    bare_shell.run("%load_ext ipyrefresh")
+    assert "grad" in shell.magics_manager.magics["line"]
+    bare_shell.run("%unload_ext ipyrefresh")
+    assert {k: list(v) for k, v in shell.events.callbacks.items()} == events
+    assert set(shell.magics_manager.magics["line"]) == line_magics
+    assert shell.ast_transformers == transformers
+    assert shell.configurables == configurables
+    bare_shell.run("%load_ext ipyrefresh")
+    bare_shell.run("%reload_ext ipyrefresh")
+    bare_shell.run("from ipyrefresh import grad\ndef g(x): return 2 * x\ndef h(x): return g(x)")
+    assert bare_shell.run("grad(h)(1.0)") == 2.0
+    bare_shell.run("def g(x): return 3 * x")
+    assert bare_shell.run("grad(h)(1.0)") == 3.0
+
+
+def test_after_unload_handles_validate_on_every_call(bare_shell: Shell) -> None:
+    bare_shell.run("%load_ext ipyrefresh")
+    bare_shell.run("from ipyrefresh import grad\ndef g(x): return 2 * x\ndef h(x): return g(x)")
+    bare_shell.run("dh = grad(h)")
+    assert bare_shell.run("dh(1.0)") == 2.0
+    bare_shell.run("%unload_ext ipyrefresh")
+    bare_shell.run("def g(x): return 3 * x")
+    assert bare_shell.run("dh(1.0)") == 3.0
+
+
+def test_outside_ipython_handles_follow_nothing_but_never_go_stale(engine: Engine) -> None:
+    ns: dict = {}
+    exec(
+        "import autograd.numpy as np\ndef g(x): return 2 * x\ndef h(x): return g(x) * np.cos(x)", ns
+    )
+    dh = ipyrefresh.grad(ns["h"])
+    assert dh(0.0) == pytest.approx(2.0)
+    exec("def g(x): return 7 * x", ns)  # the callee changes: seen by the per-call check
+    assert dh(0.0) == pytest.approx(7.0)
+    exec("def h(x): return 100 * x", ns)  # h itself is rebound: the handle keeps its function
+    assert dh(0.0) == pytest.approx(7.0)
+    assert not engine.attached
+
+
+def test_config_validation(ip: Shell, caplog: pytest.LogCaptureFixture) -> None:
+    config = ipyrefresh.get_engine().config
+    ip.run("%config IPyRefresh.compiler = 'nonsense'")
+    assert "unknown compiler 'nonsense'" in caplog.text
+    ip.run("%config IPyRefresh.mode = 'sometimes'")
+    assert config.compiler == "autograd" and config.mode == "lazy"
+    ip.run("%config IPyRefresh.mode = 'eager'")
+    assert config.mode == "eager"
