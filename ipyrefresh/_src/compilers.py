@@ -69,12 +69,17 @@ class AutogradCompiler:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Built:
+        artifact = self.build_artifact(transform, argnum)
+        return Built(artifact, artifact(fn, args, kwargs))
+
+    @staticmethod
+    def build_artifact(transform: str, argnum: Any) -> Artifact:
         op = TRANSFORMS[transform]
 
         def artifact(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             return op(fn, argnum)(*args, **kwargs)
 
-        return Built(artifact, artifact(fn, args, kwargs))
+        return artifact
 
 
 _REGISTRY: dict[str, Callable[[], Compiler]] = {"autograd": AutogradCompiler}

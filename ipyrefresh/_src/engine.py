@@ -27,14 +27,16 @@ import numpy as np
 
 from .analysis import Analyzer, DepGraph
 from .cache import DerivativeCache, Entry
-from .compilers import Compiler, make_compiler
+from .compilers import AutogradCompiler, Built, Compiler, make_compiler
 from .config import IPyRefresh
-from .deps import BindingDep
+from .deps import BindingDep, ContentDep
 from .recorder import record_calls
 from .table import Changed, DepTable
 from .targets import Target
 from .world import NEVER, Change, World
 
+#: Compilers whose artifacts re-run the user's Python code on every call.
+_REPLAYS_PYTHON = {"autograd"}
 _GENERATOR_FLAGS = (
     0x20 | 0x80 | 0x100 | 0x200
 )  # generator, coroutine, iterable coroutine, async gen
@@ -223,6 +225,8 @@ class Engine:
         else:
             analyzer.value(fn, root, root, "static", data=False)
         compiler = self._compiler(entry.compiler)
+        watched = [d for d in graph.deps.values() if type(d) in (ContentDep, BindingDep)]
+        before = [d.probe().state for d in watched]
         try:
             with record_calls(self.config.record_dynamic_edges) as log:
                 built = compiler.build(fn, entry.transform, entry.argnum, args, kwargs)
@@ -230,6 +234,16 @@ class Engine:
             entry.error = _describe_error(exc)
             entry.stale = True
             raise
+        mutated = [d.label for d, s in zip(watched, before, strict=True) if d.probe().state != s]
+        effects = [f"it changes {', '.join(mutated)} while it runs"] if mutated else []
+        effects += graph.side_effects
+        if effects and compiler.name not in _REPLAYS_PYTHON:
+            # A compiled replay would skip the side effect; plain autograd re-runs it.
+            built = Built(
+                AutogradCompiler.build_artifact(entry.transform, entry.argnum),
+                built.result,
+                fallback="; ".join(effects),
+            )
         root_code = fn.__code__ if type(fn) is FunctionType else None
         labels: dict[CodeType, str] = {}
         for (caller, code), globs in log.calls.items():
