@@ -234,13 +234,20 @@ def views_for(engine: Engine, name: str, ns: dict[str, Any] | None) -> list[Grap
     """Views of every cached derivative whose target is ``name`` (or that handle's target)."""
     from .._src.handles import Derivative
 
-    entries = [e for e in engine.cache if e.target.label == name]
     value = ns.get(name) if ns is not None else None
-    if not entries and type(value) is Derivative:
-        target = value.target
-        entries = [e for e in engine.cache if e.target is target]
+    if type(value) is Derivative:  # a handle: just its own transform and argnum
+        handle = value
+        entries = [
+            e
+            for e in engine.cache
+            if e.target is handle.target
+            and e.transform == handle.transform
+            and e.argnum == handle.argnum
+        ]
         if not entries:
             raise CallgraphError(f"{name!r} has not been called yet; call it once first")
+    else:
+        entries = [e for e in engine.cache if e.target.label == name]
     if not entries:
         if ns is not None and name not in ns:
             raise CallgraphError(f"name {name!r} is not defined")
@@ -340,9 +347,12 @@ def _draw(view: GraphView) -> str:
     width = max([len(r) for r in rows] + [len(r) for r in wrow] + [3])
     height = len(rows) + len(wrow) + (0.6 if wrow else 0)
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ipyrefresh"}):
-        fig = Figure(figsize=(max(2.2 * width, 6.5), 1.1 * height + 1.6))
+        fig_w, fig_h = max(2.2 * width, 6.5), 0.95 * height + 1.5
+        fig = Figure(figsize=(fig_w, fig_h))
         FigureCanvasSVG(fig)
-        ax = fig.add_axes((0.01, 0.01, 0.98, 0.86))
+        bottom = 0.55 / fig_h  # room for the legend
+        ax = fig.add_axes((0.01, bottom, 0.98, 1 - bottom - 0.45 / fig_h))
+        inch_per_unit = 0.98 * fig_w / (width + 0.4)
         ax.set_axis_off()
         ax.set_xlim(-width / 2 - 0.2, width / 2 + 0.2)
         ax.set_ylim(-height + 0.3, 0.7)
@@ -377,31 +387,26 @@ def _draw(view: GraphView) -> str:
                 "shrinkB": 12,
             }
             if a == b:  # direct recursion: a loop on the right of the box
-                props.update(connectionstyle="arc3,rad=-2.5", shrinkA=0, shrinkB=0)
-                ax.annotate(
-                    "",
-                    xy=(xa + 0.3, ya + 0.06),
-                    xytext=(xa + 0.3, ya - 0.06),
-                    arrowprops=props,
-                    gid=f"edge-{kind}-{a}->{b}",
+                half = (len(a) * 6.0 + 10) / 2 / 72 / inch_per_unit
+                props.update(connectionstyle="arc3,rad=1.8", shrinkA=0, shrinkB=0)
+                arrow = ax.annotate(
+                    "", xy=(xa + half, ya + 0.1), xytext=(xa + half, ya - 0.1), arrowprops=props
                 )
-                continue
-            if yb >= ya:  # a call back up (mutual recursion): curve it
-                props["connectionstyle"] = "arc3,rad=0.35"
-            ax.annotate(
-                "", xy=(xb, yb), xytext=(xa, ya), arrowprops=props, gid=f"edge-{kind}-{a}->{b}"
-            )
+            else:
+                if yb >= ya:  # a call back up (mutual recursion): curve it
+                    props["connectionstyle"] = "arc3,rad=0.35"
+                arrow = ax.annotate("", xy=(xb, yb), xytext=(xa, ya), arrowprops=props)
+            assert arrow.arrow_patch is not None
+            arrow.arrow_patch.set_gid(f"edge-{kind}-{a}->{b}")
         top = -float(len(rows)) - 0.1
         if wrow:
-            ax.text(
-                -width / 2, top + 0.35, "also watches:", fontsize=9, color="#6b7280", va="center"
-            )
+            ax.text(-width / 2, top + 0.3, "also watches:", fontsize=9, color="#6b7280")
         for r, names in enumerate(wrow):
             for i, node in enumerate(names):
                 fill, edge = _COLOURS["changed" if node in view.changed else "watched"]
                 ax.text(
                     i - (len(names) - 1) / 2,
-                    top - 0.2 - r * 0.8,
+                    top - 0.1 - r * 0.7,
                     node,
                     ha="center",
                     va="center",
@@ -422,7 +427,7 @@ def _draw(view: GraphView) -> str:
             Patch(fc=_COLOURS["stale"][0], ec=_COLOURS["stale"][1], label="stale"),
             Patch(fc=_COLOURS["changed"][0], ec=_COLOURS["changed"][1], label="changed"),
         ]
-        ax.legend(handles=handles, loc="upper right", fontsize=8, frameon=False)
+        fig.legend(handles=handles, loc="lower center", ncol=6, fontsize=8, frameon=False)
         out = io.StringIO()
         fig.savefig(out, format="svg")
     return out.getvalue()
