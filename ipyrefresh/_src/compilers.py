@@ -8,6 +8,7 @@ has to hold the user's function itself (a fixed target is held weakly).
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -95,3 +96,13 @@ def available_compilers() -> set[str]:
 
 def make_compiler(name: str) -> Compiler:
     return _REGISTRY[name]()
+
+
+def _jax_compiler() -> Compiler:
+    from .jaxcompiler import JaxCompiler  # imports jax, which is slow: only when first used
+
+    return JaxCompiler()
+
+
+if importlib.util.find_spec("jax") is not None:  # the optional extra: ipyrefresh[jax]
+    register_compiler("jax", _jax_compiler)

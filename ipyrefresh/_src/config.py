@@ -28,6 +28,12 @@ class IPyRefresh(Configurable):
         "(plain autograd on every call).",
     ).tag(config=True)
 
+    backend = Unicode(
+        "autograd",
+        help="Which library differentiates new handles (ipyrefresh.grad, %grad): "
+        "'autograd', or 'jax' (jitted JAX transforms; needs pip install ipyrefresh[jax]).",
+    ).tag(config=True)
+
     record_dynamic_edges = Bool(
         True,
         help="Record which functions actually run while a derivative is built, so that "
@@ -64,6 +70,15 @@ class IPyRefresh(Configurable):
         if value not in available_compilers():
             known = ", ".join(sorted(available_compilers()))
             raise TraitError(f"unknown compiler {value!r}; choose one of {known}")
+        return value
+
+    @validate("backend")
+    def _check_backend(self, proposal: dict[str, str]) -> str:
+        value = proposal["value"]
+        if value == "jax" and "jax" not in available_compilers():
+            raise TraitError("backend 'jax' needs jax: pip install ipyrefresh[jax]")
+        if value not in ("autograd", "jax"):
+            raise TraitError(f"unknown backend {value!r}; choose 'autograd' or 'jax'")
         return value
 
     @validate("max_entries")

@@ -60,7 +60,7 @@ class Derivative:
         self.argnum = _argnum_key(argnum)
         check_differentiable(fun, fun.__name__ if type(fun) is FunctionType else type(fun).__name__)
         self.transform = transform
-        self.compiler = compiler
+        self.compiler = compiler or (engine.config.backend == "jax" and "jax") or None
         self._engine = engine
         self._world = engine.world
         self.target: Target = engine.target_for(fun)

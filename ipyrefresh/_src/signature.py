@@ -16,6 +16,24 @@ import numpy as np
 _FLOAT: Hashable = ("float",)
 _COMPLEX: Hashable = ("complex",)
 _VALUE_TYPES = (int, bool, str, bytes, type(None))
+_JAX_TYPES: dict[type, bool] = {}
+
+
+def _is_jax_array_type(t: type) -> bool:
+    """A jax Array or tracer type, found without importing jax or running user code.
+
+    Answers for builtin, numpy and jax types are remembered; user classes are not (they
+    come and go with cells, and the memo would keep them alive).
+    """
+    module = type.__dict__["__module__"].__get__(t)
+    root = module.partition(".")[0] if type(module) is str else ""
+    found = False
+    if root in ("jax", "jaxlib"):
+        attrs = [type.__dict__["__dict__"].__get__(c) for c in t.__mro__]
+        found = any("shape" in a for a in attrs) and any("dtype" in a for a in attrs)
+    if root in ("builtins", "numpy", "jax", "jaxlib"):
+        _JAX_TYPES[t] = found
+    return found
 
 
 def arg_signature(x: Any) -> Hashable:
@@ -24,6 +42,11 @@ def arg_signature(x: Any) -> Hashable:
         return _FLOAT
     if t is np.ndarray:
         return (x.shape, x.dtype.str)
+    jax_array = _JAX_TYPES.get(t)
+    if jax_array is None:
+        jax_array = _is_jax_array_type(t)
+    if jax_array:  # immutable; keyed like numpy arrays, by shape and dtype
+        return ("jax", x.shape, x.dtype)
     if t is complex:
         return _COMPLEX
     if t in _VALUE_TYPES:
