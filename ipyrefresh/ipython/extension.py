@@ -40,6 +40,13 @@ class Extension:
         shell.events.register("post_run_cell", self.post_run_cell)
         shell.register_magics(self.magics)
         shell.ast_transformers.append(self.transformer)
+        # The JupyterLab status item's comm; registered after post_run_cell above so that
+        # its once-per-cell update sees this cell's invalidations.
+        from .comm import StatusChannel
+
+        channel = StatusChannel(shell, self.engine)
+        self.extras.append(channel)
+        channel.open()
 
     def unload(self) -> None:
         shell = self.shell

@@ -1,0 +1,247 @@
+"""The kernel side of the status-bar item: the ``ipyrefresh`` comm in a real kernel.
+
+A jupyter_client speaks the comm protocol exactly as JupyterLab's front end does (comm_open
+on the shell channel, comm_msg back on iopub); the numbers it gets are checked against
+``ipyrefresh.status()`` in the same kernel and against a fresh autograd computation.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ipyrefresh.ipython.comm import MAX_ENTRIES, SCHEMA, TARGET, status_message
+
+jupyter_client = pytest.importorskip("jupyter_client")
+from jupyter_client.manager import start_new_kernel  # noqa: E402
+
+pytestmark = pytest.mark.kernel
+
+
+class Kernel:
+    def __init__(self) -> None:
+        self.km, self.kc = start_new_kernel(kernel_name="python3", startup_timeout=60)
+        self.pending: list[dict[str, Any]] = []
+
+    def stop(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+    def run(self, code: str) -> str:
+        """Execute ``code``; return its stdout; fail on an error. Comm traffic is kept."""
+        msg_id = self.kc.execute(code)
+        out: list[str] = []
+        while True:
+            msg = self.kc.get_iopub_msg(timeout=60)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                self.pending.append(msg)
+                continue
+            kind = msg["msg_type"]
+            if kind == "stream" and msg["content"]["name"] == "stdout":
+                out.append(msg["content"]["text"])
+            elif kind == "error":
+                raise AssertionError("\n".join(msg["content"]["traceback"]))
+            elif kind in ("comm_msg", "comm_open", "comm_close"):
+                self.pending.append(msg)
+            elif kind == "status" and msg["content"]["execution_state"] == "idle":
+                break
+        reply = self.kc.get_shell_msg(timeout=60)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        return "".join(out)
+
+    def value(self, expr: str) -> Any:
+        return json.loads(self.run(f"import json as _j; print(_j.dumps({expr}))").strip())
+
+    def open_comm(self, data: dict[str, Any] | None = None) -> str:
+        comm_id = uuid.uuid4().hex
+        content = {"comm_id": comm_id, "target_name": TARGET, "data": data or {"type": "request"}}
+        self.kc.shell_channel.send(self.kc.session.msg("comm_open", content))
+        return comm_id
+
+    def send(self, comm_id: str, data: dict[str, Any]) -> None:
+        content = {"comm_id": comm_id, "data": data}
+        self.kc.shell_channel.send(self.kc.session.msg("comm_msg", content))
+
+    def comm_traffic(self, timeout: float = 2.0) -> Iterator[dict[str, Any]]:
+        """Comm messages seen so far plus those arriving within ``timeout`` seconds."""
+        while self.pending:
+            msg = self.pending.pop(0)
+            if msg["msg_type"].startswith("comm_"):
+                yield msg
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                msg = self.kc.get_iopub_msg(timeout=left)
+            except queue.Empty:
+                return
+            if msg["msg_type"].startswith("comm_"):
+                yield msg
+
+    def next_data(self, comm_id: str, kind: str, timeout: float = 10.0) -> dict[str, Any]:
+        for msg in self.comm_traffic(timeout):
+            c = msg["content"]
+            if c.get("comm_id") == comm_id and c.get("data", {}).get("type") == kind:
+                return dict(c["data"])
+        raise AssertionError(f"no {kind!r} message on comm {comm_id}")
+
+    def statuses(self, comm_id: str, timeout: float = 1.0) -> list[dict[str, Any]]:
+        return [
+            m["content"]["data"]
+            for m in self.comm_traffic(timeout)
+            if m["msg_type"] == "comm_msg"
+            and m["content"]["comm_id"] == comm_id
+            and m["content"]["data"].get("type") == "status"
+        ]
+
+
+@pytest.fixture
+def kernel() -> Iterator[Kernel]:
+    k = Kernel()
+    try:
+        yield k
+    finally:
+        k.stop()
+
+
+SETUP = """
+import autograd.numpy as np
+from ipyrefresh import grad
+def g(x):
+    return np.sin(x) * x
+def h(x):
+    return g(x) ** 2 + 1.0
+dh = grad(h)
+dh(0.7)
+"""
+
+
+def _reference(g_src: str) -> float:
+    """d/dx h at 0.7 by a fresh autograd computation of the given g."""
+    import autograd
+    import autograd.numpy as anp
+
+    ns: dict[str, Any] = {"np": anp}
+    exec(g_src + "\ndef h(x):\n    return g(x) ** 2 + 1.0\n", ns)
+    return float(autograd.grad(ns["h"])(0.7))
+
+
+def test_without_ipyrefresh_the_kernel_refuses_the_comm(kernel: Kernel) -> None:
+    comm_id = kernel.open_comm()
+    closes = [
+        m
+        for m in kernel.comm_traffic(5.0)
+        if m["msg_type"] == "comm_close" and m["content"]["comm_id"] == comm_id
+    ]
+    assert closes, "a kernel without ipyrefresh must close the comm (the front end shows off)"
+
+
+def test_status_after_cells_stale_reason_and_fresh_again(kernel: Kernel) -> None:
+    kernel.run("%load_ext ipyrefresh")
+    # %load_ext in a kernel announces itself: the kernel opens a comm of its own.
+    opens = [m for m in kernel.comm_traffic(2.0) if m["msg_type"] == "comm_open"]
+    assert opens and opens[0]["content"]["target_name"] == TARGET
+    assert opens[0]["content"]["data"]["type"] == "status"
+
+    comm_id = kernel.open_comm()
+    first = kernel.next_data(comm_id, "status")
+    assert first["schema"] == SCHEMA
+    assert (first["fresh"], first["stale"], first["total"]) == (0, 0, 0)
+
+    kernel.run(SETUP)
+    [after_setup] = kernel.statuses(comm_id)
+    assert (after_setup["fresh"], after_setup["stale"]) == (1, 0)
+    assert after_setup["entries"][0]["name"] == "grad(h)"
+
+    # Redefine the callee: one message after the cell says grad(h) is stale, and why.
+    kernel.run("def g(x):\n    return np.cos(x) * x\n")
+    msgs = kernel.statuses(comm_id)
+    assert len(msgs) == 1, msgs  # at most one update per cell, whatever the engine did
+    stale = msgs[0]
+    assert (stale["fresh"], stale["stale"]) == (0, 1)
+    [entry] = stale["entries"]
+    assert entry["state"] == "stale"
+    assert any("g" in r and "redefined" in r for r in entry["reasons"]), entry
+    # The same numbers as ipyrefresh.status() in the kernel (the source of truth).
+    truth = kernel.value("__import__('ipyrefresh').status()")
+    assert (truth["fresh"], truth["stale"]) == (stale["fresh"], stale["stale"])
+
+    # Calling the derivative rebuilds it; the next message says fresh, and the value is
+    # that of a fresh autograd computation of the new code.
+    value = kernel.value("float(dh(0.7))")
+    assert value == pytest.approx(_reference("def g(x):\n    return np.cos(x) * x\n"))
+    fresh = kernel.statuses(comm_id)[-1]
+    assert (fresh["fresh"], fresh["stale"]) == (1, 0)
+    assert fresh["seq"] > stale["seq"]
+
+    # A cell that changes nothing sends nothing.
+    kernel.run("1 + 1")
+    assert kernel.statuses(comm_id) == []
+
+
+def test_refresh_from_the_front_end(kernel: Kernel) -> None:
+    kernel.run("%load_ext ipyrefresh\n" + SETUP)
+    comm_id = kernel.open_comm()
+    kernel.next_data(comm_id, "status")
+    kernel.run("def g(x):\n    return np.tanh(x) * x\n")
+    assert kernel.statuses(comm_id)[-1]["stale"] == 1
+
+    kernel.send(comm_id, {"type": "refresh", "name": None})
+    report = kernel.next_data(comm_id, "refreshed")
+    assert report["rebuilt"] == ["grad(h)"] and report["failed"] == []
+    status = kernel.next_data(comm_id, "status")
+    assert (status["fresh"], status["stale"]) == (1, 0)
+    # The refreshed artifact gives the new code's derivative without another rebuild.
+    before = kernel.value("__import__('ipyrefresh').status()['rebuilds']")
+    value = kernel.value("float(dh(0.7))")
+    assert value == pytest.approx(_reference("def g(x):\n    return np.tanh(x) * x\n"))
+    assert kernel.value("__import__('ipyrefresh').status()['rebuilds']") == before
+
+    kernel.send(comm_id, {"type": "request"})
+    assert kernel.next_data(comm_id, "status")["fresh"] == 1
+    kernel.send(comm_id, {"type": "bogus"})
+    assert "bogus" in kernel.next_data(comm_id, "error")["message"]
+
+
+def test_unload_says_so_and_closes(kernel: Kernel) -> None:
+    kernel.run("%load_ext ipyrefresh")
+    comm_id = kernel.open_comm()
+    kernel.next_data(comm_id, "status")
+    kernel.run("%unload_ext ipyrefresh")
+    traffic = list(kernel.comm_traffic(2.0))
+    kinds = [
+        (m["msg_type"], m["content"].get("data", {}).get("type"))
+        for m in traffic
+        if m["content"].get("comm_id") == comm_id
+    ]
+    assert ("comm_msg", "unloaded") in kinds
+    assert any(k == "comm_close" for k, _ in kinds)
+    # Unloaded: the target is gone, a new comm is refused.
+    again = kernel.open_comm()
+    assert any(
+        m["msg_type"] == "comm_close" and m["content"]["comm_id"] == again
+        for m in kernel.comm_traffic(5.0)
+    )
+
+
+def test_status_message_is_small_and_puts_stale_first() -> None:
+    entries = [
+        {"id": i, "name": f"grad(f{i})", "target": f"f{i}", "state": "fresh", "reasons": []}
+        for i in range(3 * MAX_ENTRIES)
+    ]
+    entries[250]["state"] = "stale"
+    entries[250]["reasons"] = ["x" * 1000, "b", "c", "d", "e"]
+    entries[7]["state"] = "error"
+    entries[7]["error"] = "TypeError: nope"
+    msg = status_message({"entries": entries, "world": 3, "changes": ["a"] * 50}, seq=4)
+    assert (msg["fresh"], msg["stale"], msg["error"], msg["total"]) == (298, 1, 1, 300)
+    assert [e["state"] for e in msg["entries"][:2]] == ["error", "stale"]
+    assert len(msg["entries"]) == MAX_ENTRIES and msg["truncated"] == 200
+    assert len(msg["entries"][1]["reasons"]) == 3 and len(msg["entries"][1]["reasons"][0]) <= 200
+    assert len(msg["changes"]) == 5
+    assert len(json.dumps(msg)) < 20_000
