@@ -116,4 +116,5 @@ class DepTable:
             if value is not None:
                 keys.append(("fn", id(value)))
                 keys.append(("content", id(value)))
+                keys.append(("rule", id(value)))  # defvjp(prim, ...) mentions prim
         return keys

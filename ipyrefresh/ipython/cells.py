@@ -80,6 +80,13 @@ class _Names(ast.NodeVisitor):
     def visit_Lambda(self, node: ast.Lambda) -> None:
         pass
 
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        # ``C.m = f`` / ``mod.f = g`` rebinds a name inside a class or module namespace,
+        # which the names of the statement do not lead to: check everything.
+        if not isinstance(node.ctx, ast.Load):
+            self.dynamic = True
+        self.generic_visit(node)
+
     def visit_Import(self, node: ast.Import | ast.ImportFrom) -> None:
         for alias in node.names:
             if alias.name == "*":

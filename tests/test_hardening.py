@@ -1,0 +1,243 @@
+"""Hostile notebooks: odd objects in the namespace, recursion, generators, mid-cell changes.
+
+Each test would fail if the protection it covers were removed. The oracle is always a
+fresh autograd computation of the current code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from IPython.core.error import UsageError
+
+import ipyrefresh
+from ipyrefresh._src.compilers import reference
+
+
+def fresh(ip: Any, fn: str, *args: Any, transform: str = "grad") -> Any:
+    """What autograd says for the function now bound to ``fn``."""
+    return reference(ip.ns[fn], transform, 0, args, {})
+
+
+def states() -> dict[str, str]:
+    return {e["name"]: e["state"] for e in ipyrefresh.status()["entries"]}
+
+
+# -- changes in the middle of a cell -----------------------------------------------------------
+def test_monkeypatched_method_is_seen_within_the_cell(ip: Any) -> None:
+    ip.run(
+        "class Model:\n    def forward(self, x):\n        return np.sin(x)\n"
+        "model = Model()\n"
+        "def objective(x):\n    return model.forward(x) ** 2\n"
+        "dobj = grad(objective)\nr0 = dobj(0.4)"
+    )
+    # ``Model.forward = ...`` binds no top-level name; the check after it must still run.
+    ip.run(
+        "def forward(self, x):\n    return np.cos(x)\n"
+        "Model.forward = forward\n"
+        "seen = ipyrefresh_status()['entries'][0]['state']".replace(
+            "ipyrefresh_status", "__import__('ipyrefresh').status"
+        )
+    )
+    assert ip.ns["seen"] == "stale"
+    assert ip.ns["dobj"](0.4) == pytest.approx(fresh(ip, "objective", 0.4))
+
+
+def test_module_attribute_rebinding_is_seen_within_the_cell(ip: Any) -> None:
+    ip.run(
+        "import types\nm = types.ModuleType('m')\nm.f = np.sin\n"
+        "def useit(x):\n    return m.f(x)\n"
+        "du = grad(useit)\ndu(0.4)"
+    )
+    ip.run("m.f = np.cos\nseen = __import__('ipyrefresh').status()['entries'][0]['state']")
+    assert ip.ns["seen"] == "stale"
+    assert ip.ns["du"](0.4) == pytest.approx(fresh(ip, "useit", 0.4))
+
+
+def test_new_gradient_rule_is_seen_within_the_cell(ip: Any) -> None:
+    ip.run(
+        "from autograd.extend import primitive, defvjp\n"
+        "@primitive\ndef cube(x):\n    return x ** 3\n"
+        "defvjp(cube, lambda ans, x: lambda g: g * 3 * x ** 2)\n"
+        "def h(x):\n    return cube(x) + x\n"
+        "dh = grad(h)\nfirst = dh(2.0)"
+    )
+    assert ip.ns["first"] == 13.0
+    ip.run(
+        "defvjp(cube, lambda ans, x: lambda g: g * 100.0)\n"
+        "seen = __import__('ipyrefresh').status()['entries'][0]['state']\n"
+        "second = dh(2.0)"
+    )
+    assert ip.ns["seen"] == "stale"
+    assert ip.ns["second"] == 101.0 == fresh(ip, "h", 2.0)
+
+
+# -- hostile objects in the namespace ----------------------------------------------------------
+HOSTILE = '''
+class Hostile:
+    """Every dunder that a careless watcher would call raises (and counts the call)."""
+    touched = 0
+    def __init__(self, k):
+        object.__setattr__(self, "k", k)
+    def _boom(self, *a, **kw):
+        type(self).touched += 1
+        raise RuntimeError("hostile object touched")
+    __eq__ = __ne__ = __hash__ = __repr__ = __str__ = __len__ = __iter__ = __bool__ = _boom
+    __reduce__ = __reduce_ex__ = __copy__ = __deepcopy__ = __sizeof__ = __format__ = _boom
+    def __getattr__(self, name):
+        type(self).touched += 1
+        raise RuntimeError(f"hostile getattr {name}")
+
+class Meta(type):
+    def __getattr__(cls, name):
+        raise RuntimeError("hostile class getattr")
+    def __eq__(cls, other):
+        raise RuntimeError("hostile class eq")
+    __hash__ = type.__hash__
+
+class HostileClass(metaclass=Meta):
+    def scale(self):
+        return 2.0
+
+evil = Hostile(3.0)
+evils = [Hostile(i) for i in range(5)]
+evil_dict = {"a": Hostile(1)}
+'''
+
+
+def test_hostile_objects_are_never_touched(ip: Any, capfd: pytest.CaptureFixture[str]) -> None:
+    ip.run(HOSTILE)
+    # A differentiated function reads a hostile object's real attribute (no __getattr__).
+    ip.run(
+        "def g(x):\n    return np.sin(x) * evil.k\n"
+        "def h(x):\n    return g(x) * HostileClass().scale() + len(evils)\n"
+        "dh = grad(h)\nr1 = dh(0.5)"
+    )
+    assert ip.ns["r1"] == pytest.approx(fresh(ip, "h", 0.5))
+    for cell in (
+        "evil = Hostile(5.0)",  # rebinding a watched hostile
+        "evils.append(Hostile(9))",  # in-place change of a watched list of hostiles
+        "def g(x):\n    return np.cos(x) * evil.k",
+        "other = Hostile(1); del other",
+        "HostileClass.scale = lambda self: 3.0",
+    ):
+        ip.run(cell)
+        ip.run("r = dh(0.5)")
+        assert ip.ns["r"] == pytest.approx(fresh(ip, "h", 0.5)), cell
+    assert ip.ns["Hostile"].touched == 0
+    assert "internal error" not in capfd.readouterr().err
+    # The magics survive them too.
+    ip.run("%stale")
+    ip.run("%callgraph --text h")
+    assert ip.ns["Hostile"].touched == 0
+
+
+def test_grad_of_a_hostile_callable(ip: Any) -> None:
+    ip.run(HOSTILE)
+    ip.run(
+        "class Call(Hostile):\n    def __call__(self, x):\n        return x * x * self.k\n"
+        "c = Call(2.0)\ndc = grad(c)\nr = dc(3.0)"
+    )
+    assert ip.ns["r"] == 12.0
+    ip.run("Call.__call__ = lambda self, x: x * self.k\nr = dc(3.0)")
+    assert ip.ns["r"] == 2.0
+    assert ip.ns["Hostile"].touched == 0
+
+
+def test_mocks_that_claim_every_attribute(ip: Any, tmp_path: Any, monkeypatch: Any) -> None:
+    """A MagicMock in the user namespace and in the module of a differentiated function."""
+    (tmp_path / "mocked_mod.py").write_text(
+        "import autograd.numpy as np\n"
+        "from unittest.mock import MagicMock\n"
+        "settings = MagicMock()\n"
+        "settings.scale = 3.0\n"
+        "spy = MagicMock(spec=type(lambda: 0))  # claims to be a function\n"
+        "def loss(x):\n"
+        "    return np.sum(x ** 2) * settings.scale\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ip.run(
+        "from unittest.mock import MagicMock\n"
+        "import mocked_mod\n"
+        "mock = MagicMock()\n"
+        "def h(x):\n    return mocked_mod.loss(x) + np.sin(x[0])\n"
+        "dh = grad(h)\nr = dh(np.array([1.0, 2.0]))"
+    )
+    x = __import__("numpy").array([1.0, 2.0])
+    assert ip.ns["r"] == pytest.approx(fresh(ip, "h", x))
+    ip.run("mocked_mod.settings.scale = 5.0\nmock.anything = 1\nr = dh(np.array([1.0, 2.0]))")
+    assert ip.ns["r"] == pytest.approx(fresh(ip, "h", x))
+    ip.run("mocked_mod.settings = MagicMock(scale=7.0)\nr = dh(np.array([1.0, 2.0]))")
+    assert ip.ns["r"] == pytest.approx(fresh(ip, "h", x))
+    assert states() == {"grad(h)": "fresh"}
+    # ipyrefresh called nothing on the mocks: no child attribute was created, no dunder called.
+    mock, mod = ip.ns["mock"], ip.ns["mocked_mod"]
+    assert set(mock._mock_children) == set() and mock.mock_calls == []
+    assert mod.settings.mock_calls == [] and mod.spy.mock_calls == []
+    assert set(mod.spy._mock_children) == set()
+
+
+# -- recursion -------------------------------------------------------------------------------
+def test_recursive_functions(ip: Any) -> None:
+    ip.run(
+        "def power(x, n):\n    return 1.0 if n == 0 else x * power(x, n - 1)\n"
+        "def h(x):\n    return power(x, 5)\n"
+        "dh = grad(h)\nr = dh(1.5)"
+    )
+    assert ip.ns["r"] == pytest.approx(5 * 1.5**4)
+    ip.run("def power(x, n):\n    return 1.0 if n == 0 else np.sin(x) * power(x, n - 1)")
+    assert states() == {"grad(h)": "stale"}
+    ip.run("r = dh(1.5)")
+    assert ip.ns["r"] == pytest.approx(fresh(ip, "h", 1.5))
+
+
+def test_mutually_recursive_functions(ip: Any) -> None:
+    ip.run(
+        "def even(x, n):\n    return x if n == 0 else odd(x * 1.5, n - 1)\n"
+        "def odd(x, n):\n    return x if n == 0 else even(np.sin(x), n - 1)\n"
+        "def h(x):\n    return even(x, 6)\n"
+        "dh = grad(h)\nr = dh(0.7)"
+    )
+    assert ip.ns["r"] == pytest.approx(fresh(ip, "h", 0.7))
+    ip.run("def odd(x, n):\n    return x if n == 0 else even(np.cos(x), n - 1)")
+    assert states() == {"grad(h)": "stale"}
+    ip.run("r = dh(0.7)")
+    assert ip.ns["r"] == pytest.approx(fresh(ip, "h", 0.7))
+
+
+def test_runaway_recursion_is_an_error_and_then_recovers(ip: Any) -> None:
+    ip.run("def f(x):\n    return f(x) + 1.0\ndf = grad(f)")
+    err = ip.run_error("df(1.0)")
+    assert isinstance(err, RecursionError)
+    assert states() == {"grad(f)": "error"}
+    ip.run("def f(x):\n    return x ** 3\nr = df(2.0)")
+    assert ip.ns["r"] == 12.0 and states() == {"grad(f)": "fresh"}
+
+
+# -- what cannot be differentiated -------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("source", "kind"),
+    [
+        ("def f(x):\n    yield x", "a generator function"),
+        ("async def f(x):\n    return x", "an async function"),
+        ("async def f(x):\n    yield x", "an async function"),
+    ],
+)
+def test_generators_and_async_functions_are_refused(ip: Any, source: str, kind: str) -> None:
+    ip.run(source)
+    err = ip.run_error("grad(f)")
+    assert isinstance(err, TypeError)
+    assert str(err) == f"'f' is {kind}; derivatives need a function that returns a value"
+    with pytest.raises(UsageError) as info:
+        ip.shell.run_line_magic("grad", "f(1.0)")
+    assert str(info.value) == (
+        f"%grad: 'f' is {kind}; derivatives need a function that returns a value"
+    )
+    # A handle made before f became a generator: the call says so, and nothing is cached.
+    ip.run("def f(x):\n    return x * x\ndf = grad(f)\ndf(1.0)")
+    ip.run(source)
+    err = ip.run_error("df(1.0)")
+    assert isinstance(err, TypeError) and kind in str(err)
+    ip.run("def f(x):\n    return x * x * x\nr = df(1.0)")
+    assert ip.ns["r"] == 3.0
