@@ -126,21 +126,29 @@ class SyncInserter(ast.NodeTransformer):
 
     def visit_Module(self, node: ast.Module) -> Any:
         try:
-            if self._enabled() and len(node.body) > 1:
-                node.body = self._top_level(node.body)
+            if self._enabled():
+                node.body = self._block(node.body, last_is_covered=True)
         except Exception:  # never let our transformer break or unregister itself
             pass
         return node
 
-    def _top_level(self, body: list[ast.stmt]) -> list[ast.stmt]:
+    def _block(self, body: list[ast.stmt], last_is_covered: bool = False) -> list[ast.stmt]:
+        """Statements that run once: check after each one that mentions any name."""
         out: list[ast.stmt] = []
         last = len(body) - 1
         for i, stmt in enumerate(body):
             if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
                 self._in_loop(stmt)
+            elif isinstance(stmt, (ast.If, ast.With, ast.AsyncWith, ast.Try)):
+                for part in ("body", "orelse", "finalbody"):
+                    block = getattr(stmt, part, None)
+                    if block:
+                        setattr(stmt, part, self._block(block))
+                for handler in getattr(stmt, "handlers", []):
+                    handler.body = self._block(handler.body)
             out.append(stmt)
-            if i == last:
-                break  # the post-cell sweep covers the last statement
+            if i == last and last_is_covered:
+                break  # the post-cell sweep covers the cell's last statement
             names = mentioned(stmt)
             if names.dynamic:
                 out.append(_sync_call(None, stmt))

@@ -101,7 +101,8 @@ class Extension:
 
     # -- AST sync support ----------------------------------------------------------------
     def _sync_enabled(self) -> bool:
-        return bool(self.config.sync_within_cells and self.engine.table.records)
+        # Not gated on what is watched now: the cell itself may build the first entry.
+        return bool(self.config.sync_within_cells)
 
     def _watched(self, name: str) -> bool:
         ns = self.shell.user_ns

@@ -1,0 +1,225 @@
+"""Differential test: random call graphs, random redefinitions, fresh autograd as the oracle.
+
+A model of the notebook keeps the source of every definition. After every step (one or
+two cells in a real IPython shell with ipyrefresh loaded), every live derivative handle
+must equal ``autograd.grad`` of a function built from scratch from the current sources,
+and the number of rebuilds must equal the number of entries the change affected — not
+one more (no full refresh), not one fewer (no stale answer).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass, field
+
+import autograd
+import pytest
+
+from ipyrefresh._src.compilers import available_compilers
+from ipyrefresh._src.engine import Engine
+
+from .conftest import Shell
+
+N_FUNCS = 6
+N_DATA = 2
+STEPS = int(os.environ.get("IPYREFRESH_DIFF_STEPS", "1500"))
+PRIMS = ["np.sin(x)", "np.cos(x)", "np.tanh(x)", "x ** 2", "np.exp(0.1 * x)", "x * x * x"]
+HEADER = "import autograd.numpy as np\nfrom autograd.extend import primitive, defvjp\n"
+
+
+@dataclass
+class Model:
+    """What the notebook currently defines, as source, plus what each entry was built from."""
+
+    rng: random.Random
+    funcs: dict[str, str] = field(default_factory=dict)  # name -> source of def
+    calls: dict[str, set[str]] = field(default_factory=dict)  # name -> names its body uses
+    data: dict[str, float] = field(default_factory=dict)
+    w: list[float] = field(default_factory=lambda: [0.5, -0.25, 1.0])
+    rule: float = 2.0
+    built_deps: dict[str, set[str]] = field(default_factory=dict)  # entry -> deps at build
+    stale: set[str] = field(default_factory=set)
+
+    def term(self, i: int) -> tuple[str, set[str]]:
+        r = self.rng
+        c = round(r.uniform(-2, 2), 3)
+        kind = r.random()
+        if kind < 0.35 and i > 0:
+            j = r.randrange(i)
+            return f"{c} * f{j}(x)", {f"f{j}"}
+        if kind < 0.5:
+            k = r.randrange(N_DATA)
+            return f"a{k} * {r.choice(PRIMS)}", {f"a{k}"}
+        if kind < 0.6:
+            return f"np.sum(w) * {r.choice(PRIMS)}", {"w"}
+        if kind < 0.7:
+            return f"{c} * p(x)", {"p"}
+        return f"{c} * {r.choice(PRIMS)}", set()
+
+    def new_body(self, i: int) -> tuple[str, set[str]]:
+        terms = [self.term(i) for _ in range(self.rng.randint(1, 3))]
+        expr = " + ".join(t for t, _ in terms)
+        uses = set().union(*(u for _, u in terms))
+        if self.rng.random() < 0.25:  # value-dependent control flow
+            other, more = self.term(i)
+            cut = round(self.rng.uniform(-0.5, 0.5), 2)
+            src = f"def f{i}(x):\n    if x > {cut}:\n        return {expr}\n    return {other}\n"
+            return src, uses | more
+        return f"def f{i}(x):\n    return {expr}\n", uses
+
+    def closure(self, name: str) -> set[str]:
+        """Every name ``name``'s code can reach now (statically: untaken branches count)."""
+        seen: set[str] = set()
+        todo = [name]
+        while todo:
+            n = todo.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            if n in self.funcs:
+                todo.extend(self.calls[n])
+        return seen
+
+    def invalidate(self, changed: set[str]) -> None:
+        """What the engine must do on a change: mark exactly the dependents stale."""
+        for name, deps in self.built_deps.items():
+            if deps & changed:
+                self.stale.add(name)
+
+    def expect_call(self, name: str, x: float) -> tuple[float | None, bool]:
+        """The oracle's answer, and whether the engine must (successfully) rebuild."""
+        want = self.oracle(name, x)
+        if name not in self.stale:
+            return want, False  # a hit; an error raised at run time leaves it fresh
+        if want is None:
+            return None, False  # the rebuild fails: still stale
+        self.stale.discard(name)
+        self.built_deps[name] = self.closure(name)
+        return want, True
+
+    def oracle(self, name: str, x: float) -> float | None:
+        """Fresh autograd on freshly defined code (None: the code cannot run)."""
+        ns: dict = {}
+        src = HEADER + "@primitive\ndef p(x):\n    return x * x\n"
+        src += f"defvjp(p, lambda ans, x: lambda g: g * {self.rule} * x)\n"
+        src += "".join(f"{k} = {v!r}\n" for k, v in self.data.items())
+        src += f"w = np.array({self.w!r})\n" + "".join(self.funcs.values())
+        exec(src, ns)
+        if name not in ns:
+            return None
+        try:
+            return float(autograd.grad(ns[name])(x))
+        except NameError:
+            return None
+
+
+def check_all(ip: Shell, engine: Engine, model: Model, x: float) -> None:
+    """Call every handle; compare with the oracle; count rebuilds against the model."""
+    builds_before = engine.stats["builds"]
+    expected_builds = 0
+    for i in range(N_FUNCS):
+        want, rebuilt = model.expect_call(f"f{i}", x)
+        try:
+            got = float(ip.ns[f"d{i}"](x))
+        except NameError:
+            got = None
+        check_value(f"f{i}", got, want, model)
+        expected_builds += rebuilt
+    assert engine.stats["builds"] - builds_before == expected_builds
+
+
+def check_value(name: str, got: float | None, want: float | None, model: Model) -> None:
+    if want is None:
+        assert got is None, f"{name}: expected an error, got {got}"
+    else:
+        assert got is not None, f"{name}: expected {want}, got an error"
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-12), (name, model.funcs)
+
+
+def compilers() -> list[str]:
+    return sorted(available_compilers() - {"jax"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("compiler", compilers())
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_redefinitions_match_fresh_autograd(
+    ip: Shell, engine: Engine, compiler: str, seed: int
+) -> None:
+    rng = random.Random(seed)
+    model = Model(rng)
+    ip.run(f"%config IPyRefresh.compiler = {compiler!r}")
+    ip.run(HEADER + "@primitive\ndef p(x):\n    return x * x\n")
+    ip.run(f"defvjp(p, lambda ans, x: lambda g: g * {model.rule} * x)")
+    ip.run("w = np.array([0.5, -0.25, 1.0])")
+    for k in range(N_DATA):
+        model.data[f"a{k}"] = 1.0 + k
+        ip.run(f"a{k} = {model.data[f'a{k}']!r}")
+    for i in range(N_FUNCS):
+        src, uses = model.new_body(i)
+        model.funcs[f"f{i}"], model.calls[f"f{i}"] = src, uses
+        ip.run(src)
+        ip.run(f"d{i} = grad(f{i})")
+    model.stale = {f"f{i}" for i in range(N_FUNCS)}
+    check_all(ip, engine, model, 0.3)
+
+    mid_cell_checks = 0
+    for _ in range(STEPS):
+        x = round(rng.uniform(-1.0, 1.0), 3)
+        action = rng.random()
+        changed: set[str]
+        if action < 0.4:
+            i = rng.randrange(N_FUNCS)
+            src, uses = model.new_body(i)
+            model.funcs[f"f{i}"], model.calls[f"f{i}"] = src, uses
+            ip.run(src)
+            changed = {f"f{i}"}
+        elif action < 0.55:
+            k = rng.randrange(N_DATA)
+            model.data[f"a{k}"] = round(rng.uniform(-3, 3), 3)
+            ip.run(f"a{k} = {model.data[f'a{k}']!r}")
+            changed = {f"a{k}"}
+        elif action < 0.65:
+            j = rng.randrange(3)
+            model.w[j] = round(rng.uniform(-1, 1), 3)
+            ip.run(f"w[{j}] = {model.w[j]!r}")
+            changed = {"w"}
+        elif action < 0.72:
+            model.rule = round(rng.uniform(-3, 3), 3)
+            ip.run(f"defvjp(p, lambda ans, x: lambda g: g * {model.rule} * x)")
+            changed = {"p"}
+        elif action < 0.8:
+            i = rng.randrange(N_FUNCS)
+            changed = set()
+            if f"f{i}" in model.funcs:
+                del model.funcs[f"f{i}"]
+                ip.run(f"del f{i}")
+                changed = {f"f{i}"}
+        elif action < 0.9:
+            # Redefine a callee and differentiate in the same cell, before and after.
+            i, j = rng.randrange(N_FUNCS), rng.randrange(N_FUNCS)
+            builds = engine.stats["builds"]
+            before, rebuilt_before = model.expect_call(f"f{i}", x)
+            src, uses = model.new_body(j)
+            ip.run(
+                f"try:\n    _before = float(d{i}({x!r}))\nexcept NameError:\n    _before = None\n"
+                + src
+                + f"try:\n    _after = float(d{i}({x!r}))\nexcept NameError:\n    _after = None\n"
+            )
+            model.funcs[f"f{j}"], model.calls[f"f{j}"] = src, uses
+            model.invalidate({f"f{j}"})
+            after, rebuilt_after = model.expect_call(f"f{i}", x)
+            check_value(f"f{i}", ip.ns["_before"], before, model)
+            check_value(f"f{i}", ip.ns["_after"], after, model)
+            assert engine.stats["builds"] - builds == rebuilt_before + rebuilt_after
+            mid_cell_checks += 1
+            changed = set()
+        else:
+            ip.run("z = 1")
+            changed = set()
+        model.invalidate(changed)
+        check_all(ip, engine, model, x)
+    assert mid_cell_checks > 0
+    status = engine.status()
+    assert status["rebuilds"] > STEPS // 4  # the run really exercised invalidation
