@@ -83,7 +83,16 @@ class AutogradCompiler:
         return artifact
 
 
-_REGISTRY: dict[str, Callable[[], Compiler]] = {"autograd": AutogradCompiler}
+def _tape_compiler() -> Compiler:
+    from .tape.compiler import TapeCompiler  # lazy: the tape package imports this module
+
+    return TapeCompiler()
+
+
+_REGISTRY: dict[str, Callable[[], Compiler]] = {
+    "autograd": AutogradCompiler,
+    "tape": _tape_compiler,
+}
 
 
 def register_compiler(name: str, factory: Callable[[], Compiler]) -> None:

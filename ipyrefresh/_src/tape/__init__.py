@@ -1,0 +1,1 @@
+"""The "tape" compiler: trace once with autograd, replay without boxing."""

@@ -1,0 +1,317 @@
+"""Turn a recorded tape into straight-line Python: forward with raw numpy, guards checked
+as they come, backward with direct adjoints where known and autograd's VJP makers else.
+
+The generated function takes ``(args, kwargs)`` and returns the transform's result, or
+an ``int``: the index of the first guard that failed (the tape does not apply).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from autograd.core import add_outgrads, primitive_vjps, vspace
+from autograd.numpy.numpy_boxes import ArrayBox
+
+from . import adjoints
+from .trace import BoolGuard, Op, Tape, Unsupported
+
+_getitem = ArrayBox.__getitem__
+Runner = Callable[[tuple[Any, ...], dict[str, Any]], Any]
+
+
+def same(a: Any, b: Any) -> bool:
+    """Exact equality of guard values (arrays by content, NaN equal to NaN)."""
+    ta = type(a)
+    if ta is not type(b):
+        return False
+    if ta is np.ndarray:
+        return (
+            a.shape == b.shape
+            and a.dtype == b.dtype
+            and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+        )
+    if ta is tuple or ta is list:
+        return len(a) == len(b) and all(map(same, a, b))
+    try:
+        if a != a:  # NaN
+            return bool(b != b)
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+def _add(prev: Any, g: Any) -> Any:
+    return add_outgrads(prev, g)
+
+
+@dataclass
+class Compiled:
+    """Generated code for one tape variant."""
+
+    run: Runner
+    guards: list[str]  # description per guard index
+    source: str
+    general: int  # ops that use autograd's VJP makers
+    specialized: int
+
+
+_INLINE = (int, bool, str, type(None))
+
+
+class _Gen:
+    def __init__(self, tape: Tape) -> None:
+        self.tape = tape
+        self.ns: dict[str, Any] = dict(adjoints.HELPERS)
+        self.ns.update(_same=same, _add=_add, _stack=np.stack, _npreshape=np.reshape)
+        self.ns["_add_at"] = np.add.at
+        self._consts: dict[int, str] = {}
+        self.guards: list[str] = []
+        self.lines: list[str] = []
+
+    # -- names ------------------------------------------------------------------------
+    def const(self, value: Any) -> str:
+        t = type(value)
+        if t in _INLINE or (t is float and np.isfinite(value)):
+            return repr(value)
+        if t is tuple and all(type(v) in _INLINE for v in value):
+            return repr(value)
+        name = self._consts.get(id(value))
+        if name is None:
+            name = self._consts[id(value)] = f"K{len(self._consts)}"
+            self.ns[name] = value  # referenced, never copied: globals stay live
+        return name
+
+    def arg(self, op: Any, pos: int) -> str:
+        slot = op.parents.get(pos)
+        return f"v{slot}" if slot is not None else self.const(op.args[pos])
+
+    def call_args(self, op: Op) -> str:
+        parts = [self.arg(op, i) for i in range(len(op.args))]
+        if op.kwargs:
+            parts.append(f"**{self.const(op.kwargs)}")
+        return ", ".join(parts)
+
+    def guard(self, cond: str, what: str) -> None:
+        self.lines.append(f"    if {cond}: return {len(self.guards)}")
+        self.guards.append(what)
+
+
+def _describe(op: Op, expected: Any) -> str:
+    name = getattr(op.fun, "__name__", "?")
+    shown = repr(expected)
+    if len(shown) > 40:
+        shown = shown[:37] + "..."
+    return f"{name}(...) == {shown} at {op.where}"
+
+
+def generate(tape: Tape, transform: str) -> Compiled:
+    """Compile ``tape`` for ``transform`` (grad, value_and_grad, elementwise_grad,
+    jacobian) into a Python function."""
+    gen = _Gen(tape)
+    nslots = len(tape.values)
+    ops = [e for e in tape.events if isinstance(e, Op) and not e.guard]
+    producer = {op.slot: op for op in ops}
+
+    # x-dependence (slot 0 is the root) and what the output and the guards need.
+    xdep = [False] * nslots
+    xdep[0] = True
+    for op in ops:
+        xdep[op.slot] = any(xdep[p] for p in op.parents.values())
+    if not xdep[tape.output]:
+        raise Unsupported("the output does not depend on the input")
+    needed = [False] * nslots
+    live = [False] * nslots  # needs a cotangent
+
+    def mark(slot: int, flags: list[bool]) -> None:
+        stack = [slot]
+        while stack:
+            s = stack.pop()
+            if flags[s]:
+                continue
+            flags[s] = True
+            op = producer.get(s)
+            if op is not None:
+                stack.extend(op.parents.values())
+
+    mark(tape.output, live)
+    live = [a and b for a, b in zip(live, xdep, strict=True)]
+    mark(tape.output, needed)
+    for e in tape.events:
+        if isinstance(e, BoolGuard):
+            mark(e.slot, needed)
+        elif isinstance(e, Op) and e.guard:
+            for p in e.parents.values():
+                mark(p, needed)
+
+    # -- arguments -----------------------------------------------------------------------
+    lines = gen.lines
+    lines.append(f"    v0 = {tape.root_path}")
+    for leaf in tape.leaves:
+        if leaf.how == "box":
+            lines.append(f"    v{leaf.slot} = {leaf.path}")
+        elif leaf.how == "value":
+            expected = leaf.value.copy() if hasattr(leaf.value, "copy") else leaf.value
+            gen.guard(f"not _same({leaf.path}, {gen.const(expected)})", f"argument {leaf.path}")
+        elif leaf.how == "identity":
+            gen.guard(f"{leaf.path} is not {gen.const(leaf.value)}", f"argument {leaf.path}")
+
+    # -- forward -------------------------------------------------------------------------
+    for e in tape.events:
+        if isinstance(e, BoolGuard):
+            want = "True" if e.expected else "False"
+            gen.guard(f"bool(v{e.slot}) is not {want}", f"bool(...) is {want} at {e.where}")
+        elif e.guard:
+            raw = gen.const(e.fun.fun)
+            lines.append(f"    t = {raw}({gen.call_args(e)})")
+            exp = e.value
+            if type(exp) in (bool, np.bool_):
+                gen.guard(f"t is not {gen.const(exp)}", _describe(e, exp))
+            else:
+                gen.guard(f"not _same(t, {gen.const(exp)})", _describe(e, exp))
+        elif needed[e.slot]:
+            expr = adjoints.forward(gen, e)
+            if expr is None:
+                expr = f"{gen.const(e.fun.fun)}({gen.call_args(e)})"
+            lines.append(f"    v{e.slot} = {expr}")
+
+    # -- backward plan -------------------------------------------------------------------
+    back = [op for op in reversed(ops) if live[op.slot]]
+    plans: list[tuple[Op, list[tuple[int, int, str | None]]]] = []
+    general_into: set[int] = set()
+    for op in back:
+        ppos = [pos for pos in sorted(op.parents) if live[op.parents[pos]]]
+        exprs: list[tuple[int, int, str | None]] = []
+        for pos in ppos:
+            if op.fun is _getitem and pos == 0 and _dense_array(op.args[0]):
+                exprs.append((pos, op.parents[pos], "SCATTER"))
+            else:
+                expr = adjoints.adjoint(gen, op, pos, f"g{op.slot}", f"v{op.slot}")
+                exprs.append((pos, op.parents[pos], expr))
+        if any(x is None for _, _, x in exprs):
+            exprs = [(pos, p, None) for pos, p, _ in exprs]
+            general_into.update(p for _, p, _ in exprs)
+            _check_vjp(op, [pos for pos, _, _ in exprs])
+        plans.append((op, exprs))
+    # A slot that receives any general cotangent accumulates with autograd's add_outgrads.
+    for i, (op, exprs) in enumerate(plans):
+        if any(x == "SCATTER" and p in general_into for _, p, x in exprs):
+            plans[i] = (op, [(pos, p, None) for pos, p, _ in exprs])
+            _check_vjp(op, [pos for pos, _, _ in exprs])
+
+    # -- backward code -------------------------------------------------------------------
+    body: list[str] = []
+    started: set[int] = set()
+    owned: set[int] = set()
+    general = specialized = 0
+
+    def read(slot: int) -> None:
+        if slot in general_into:
+            body.append(f"g{slot} = G{slot}[0]")
+
+    def accumulate(slot: int, expr: str) -> None:
+        if slot in general_into:
+            prev = f"G{slot}" if slot in started else "None"
+            body.append(f"G{slot} = _add({prev}, {expr})")
+        elif slot in started:
+            body.append(f"g{slot} = g{slot} + {expr}")
+            if np.ndim(tape.values[slot]) > 0:
+                owned.add(slot)
+        else:
+            body.append(f"g{slot} = {expr}")
+        started.add(slot)
+
+    for op, exprs in plans:
+        if op.slot != tape.output:
+            read(op.slot)
+        g = f"g{op.slot}"
+        if exprs and exprs[0][2] is None:
+            general += 1
+            maker = gen.const(primitive_vjps[op.fun])
+            argnums = tuple(pos for pos, _, _ in exprs)
+            argtuple = "(" + "".join(f"{gen.arg(op, i)}, " for i in range(len(op.args))) + ")"
+            kw = gen.const(op.kwargs)
+            names = ", ".join(f"c{pos}" for pos in argnums)
+            body.append(f"{names}, = {maker}({argnums!r}, v{op.slot}, {argtuple}, {kw})({g})")
+            for pos, p, _ in exprs:
+                accumulate(p, f"c{pos}")
+            continue
+        specialized += 1
+        for pos, p, expr in exprs:
+            if expr == "SCATTER":
+                _scatter(gen, body, op, p, g, started, owned)
+            else:
+                assert expr is not None
+                tmp = f"c{pos}"
+                body.append(f"{tmp} = {expr}")
+                accumulate(p, tmp)
+    read(0)
+
+    # -- transform -----------------------------------------------------------------------
+    out = f"v{tape.output}"
+    ans = tape.values[tape.output]
+    vs = vspace(ans)
+    if transform in ("grad", "value_and_grad") and vs.size != 1:
+        raise Unsupported(f"{transform} needs a scalar output")  # autograd raises
+    if transform == "elementwise_grad" and vs.iscomplex:
+        raise Unsupported("elementwise_grad needs a real output")  # autograd raises
+    if transform == "jacobian":
+        basis = list(vs.standard_basis())
+        for b in basis:
+            b.flags.writeable = False
+        jshape = tuple(vs.shape) + tuple(vspace(tape.values[0]).shape)
+        lines.append("    grads = []")
+        lines.append(f"    for g{tape.output} in {gen.const(basis)}:")
+        lines.extend("        " + b for b in body)
+        lines.append("        grads.append(g0)")
+        lines.append(f"    return _npreshape(_stack(grads), {jshape!r})")
+    else:
+        seed = vs.ones()
+        lines.append(f"    g{tape.output} = {gen.const(seed)}.copy()")
+        lines.extend("    " + b for b in body)
+        result = f"({out}, g0)" if transform == "value_and_grad" else "g0"
+        lines.append(f"    return {result}")
+    source = "def run(args, kwargs):\n" + "\n".join(lines) + "\n"
+    code = compile(source, "<ipyrefresh tape>", "exec")
+    exec(code, gen.ns)
+    return Compiled(gen.ns["run"], gen.guards, source, general, specialized)
+
+
+def _dense_array(v: Any) -> bool:
+    return type(v) is np.ndarray and v.dtype.kind in "fc" and v.ndim > 0
+
+
+def _scatter(
+    gen: _Gen, body: list[str], op: Op, slot: int, g: str, started: set[int], owned: set[int]
+) -> None:
+    """Cotangent of ``A[idx]``: add ``g`` into a zero array shaped like ``A``, in place."""
+    a, idx = op.args
+    if isinstance(idx, list) and (len(idx) == 0 or not isinstance(idx[0], slice)):
+        idx = np.array(idx, dtype="int64")
+    i = gen.const(idx)
+    basic = adjoints.basic_index(idx)
+    if slot not in started:
+        body.append(f"g{slot} = _zeros({tuple(a.shape)!r}, dtype={gen.const(a.dtype)})")
+        body.append(f"g{slot}[{i}] = {g}" if basic else f"_add_at(g{slot}, {i}, {g})")
+        started.add(slot)
+        owned.add(slot)
+        return
+    if slot not in owned:
+        body.append(f"g{slot} = g{slot}.copy()")
+        owned.add(slot)
+    body.append(f"g{slot}[{i}] += {g}" if basic else f"_add_at(g{slot}, {i}, {g})")
+
+
+def _check_vjp(op: Op, argnums: list[int]) -> None:
+    """Autograd builds each VJP while tracing; do the same once so that the same errors
+    (no VJP defined, unsupported arguments) send this function to plain autograd."""
+    maker = primitive_vjps.get(op.fun)
+    if maker is None:
+        name = getattr(op.fun, "__name__", op.fun)
+        raise Unsupported(f"VJP of {name} wrt argnums {tuple(argnums)} not defined")
+    try:
+        maker(tuple(argnums), op.value, op.args, op.kwargs)
+    except Exception as exc:
+        raise Unsupported(f"VJP of {getattr(op.fun, '__name__', op.fun)}: {exc}") from None
