@@ -60,3 +60,8 @@ def _sync(names: tuple[str, ...] | None) -> None:
     """Mid-cell change check, inserted into cells by the extension's AST transformer."""
     with contextlib.suppress(Exception):  # a check must never break the user's cell
         get_engine().sync(names)
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """Where JupyterLab finds the status-bar extension (``jupyter labextension develop``)."""
+    return [{"src": "labextension", "dest": "ipyrefresh"}]
