@@ -142,6 +142,22 @@ class Engine:
         target = self._targets[key] = Target.fixed(fun, label, self._target_died)
         return target
 
+    def hold(self, target: Target) -> None:
+        """A handle on the fixed ``target`` was made (see :meth:`release`)."""
+        with self.lock:
+            target.holders += 1
+
+    def release(self, target: Target) -> None:
+        """The last handle on a fixed target is gone: drop its entries now.
+
+        Its watched dependencies hold the function (and its globals) strongly, so the
+        function's own weakref would never fire while they are subscribed.
+        """
+        with self.lock:
+            target.holders -= 1
+            if target.holders <= 0 and not target.follows:
+                self._target_died(target)
+
     def _target_died(self, target: Target) -> None:
         with self.lock:
             if self._targets.get(target.key) is target:

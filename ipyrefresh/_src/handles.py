@@ -8,6 +8,7 @@ recorded dependencies on every call, so it never answers stale silently either.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Hashable
 from types import FunctionType
 from typing import Any
@@ -67,6 +68,9 @@ class Derivative:
         # The handle keeps a fixed target alive, as autograd's grad(f) does; the cache
         # itself holds it only weakly.
         self._fun = None if self.target.follows else fun
+        if not self.target.follows:
+            engine.hold(self.target)
+            weakref.finalize(self, engine.release, self.target)
         self._entries: dict[Hashable, Entry] = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -21,7 +21,7 @@ class Target:
     keeps a dead function alive; the handle holds the strong reference.
     """
 
-    __slots__ = ("__weakref__", "entry_keys", "key", "label", "name", "ns", "ref")
+    __slots__ = ("__weakref__", "entry_keys", "holders", "key", "label", "name", "ns", "ref")
 
     def __init__(
         self,
@@ -37,6 +37,7 @@ class Target:
         self.name = name
         self.ref = ref
         self.entry_keys: set[Hashable] = set()
+        self.holders = 0  # live handles on a fixed target (see Engine.release)
 
     @classmethod
     def followed(cls, ns: Mapping[str, Any], name: str) -> Target:

@@ -1,0 +1,136 @@
+"""Long sessions: thousands of redefinitions and huge namespaces stay cheap and bounded."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import tracemalloc
+import weakref
+from types import FrameType
+from typing import Any
+
+import numpy as onp
+import pytest
+
+import ipyrefresh
+from ipyrefresh._src import analysis
+from ipyrefresh._src.compilers import reference
+
+pytestmark = pytest.mark.slow
+
+_PACKAGE = str(__import__("pathlib").Path(ipyrefresh.__file__).parent)
+
+
+def ipyrefresh_bytes(snapshot: tracemalloc.Snapshot) -> int:
+    """Memory still allocated by ipyrefresh's own code."""
+    traces = snapshot.filter_traces([tracemalloc.Filter(True, f"{_PACKAGE}/*")])
+    return sum(stat.size for stat in traces.statistics("filename"))
+
+
+def test_thousands_of_redefinitions_keep_nothing_dead_alive(ip: Any) -> None:
+    ip.run(
+        "def helper(x):\n    return np.sin(x)\n"
+        "def h(x):\n    return helper(x) * 2.0\n"
+        "dh = grad(h)\nfrom ipyrefresh import hessian\nd2h = hessian(h)"
+    )
+    dead: list[weakref.ref[Any]] = []
+    checkpoints: dict[int, int] = {}
+    tracemalloc.start()
+    try:
+        for i in range(2500):
+            # A new helper every cell, a new h every tenth cell, new data every 50th.
+            ip.shell.run_cell(f"def helper(x):\n    return np.sin(x) * {i % 7 + 1}.0", silent=False)
+            if i % 10 == 0:
+                ip.shell.run_cell(f"def h(x):\n    return helper(x) * {i % 3 + 2}.0")
+            if i % 50 == 0:
+                ip.shell.run_cell(f"W = np.ones({i % 5 + 1})")
+            ip.shell.run_cell("_r = dh(0.3); _r2 = d2h(0.3)")
+            dead.append(weakref.ref(ip.ns["helper"]))
+            if i in (500, 2499):
+                gc.collect()
+                checkpoints[i] = ipyrefresh_bytes(tracemalloc.take_snapshot())
+    finally:
+        tracemalloc.stop()
+    assert ip.ns["_r"] == pytest.approx(reference(ip.ns["h"], "grad", 0, (0.3,), {}))
+    assert ip.ns["_r2"] == pytest.approx(reference(ip.ns["h"], "hessian", 0, (0.3,), {}))
+    gc.collect()
+    alive = [i for i, ref in enumerate(dead) if ref() is not None]
+    assert alive == [len(dead) - 1], f"{len(alive)} dead helpers kept alive"
+    # Memory held by ipyrefresh's code is flat between cell 500 and cell 2500.
+    growth = checkpoints[2499] - checkpoints[500]
+    assert growth < 64 * 1024, f"ipyrefresh holds {growth} more bytes after 2000 more cells"
+    engine = ipyrefresh.get_engine()
+    assert len(engine.world.history) <= 200
+    assert len(engine.cache) == 2
+    # No per-cell growth of module-level caches (each cell's code has its own file name).
+    assert len(analysis._is_user_file) < 300
+
+
+def test_dead_fixed_targets_leave_the_cache(engine: Any) -> None:
+    """Outside IPython a handle holds its function; dropping both frees every trace of it."""
+    import autograd.numpy as np
+
+    refs = []
+    for i in range(300):
+        ns: dict[str, Any] = {"np": np}
+        exec(f"def f(x):\n    return np.sin(x) * {i}.0", ns)
+        handle = ipyrefresh.grad(ns["f"])
+        assert handle(0.1) == pytest.approx(i * onp.cos(0.1))
+        refs.append(weakref.ref(ns["f"]))
+        del ns, handle
+    gc.collect()
+    assert sum(r() is not None for r in refs) == 0
+    assert len(engine.cache) == 0
+    assert len(engine.table) == 0
+
+
+class CallCounter:
+    """Counts Python and C function calls made inside a block (sys.setprofile)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event in ("call", "c_call"):
+            self.calls += 1
+
+    def __enter__(self) -> CallCounter:
+        sys.setprofile(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        sys.setprofile(None)
+
+
+def test_huge_namespace_per_cell_work_is_independent_of_its_size(ip: Any) -> None:
+    ext = __import__("ipyrefresh.ipython.extension", fromlist=["x"]).current_extension()
+    assert ext is not None
+    ip.run("def g(x):\n    return np.sin(x)\ndef h(x):\n    return g(x) * 2.0\ndh = grad(h)")
+    ip.run("dh(0.5)")
+
+    def hook_calls() -> int:
+        result = ip.shell.run_cell("pass")  # what a cell costs ipyrefresh: its post-cell hook
+        with CallCounter() as counter:
+            ext.post_run_cell(result)
+        return counter.calls
+
+    small = hook_calls()
+    ns = ip.ns
+    for i in range(100_000):
+        ns[f"v{i}"] = i if i % 3 else (lambda y, i=i: y + i)
+    ip.run("pass")
+    big = hook_calls()
+    # A scan over the namespace would make at least one call per name (100,000).
+    assert big <= small + 50, (small, big)
+    # The control: such a scan really is visible to the counter.
+    with CallCounter() as counter:
+        [id(v) for v in list(ns.values())]
+    assert counter.calls > 100_000
+    # And changes among the 100k names are still seen, in the cell and after it.
+    ip.run("def g(x):\n    return np.cos(x)\nr = dh(0.5)")
+    assert ip.ns["r"] == pytest.approx(-2 * onp.sin(0.5))
+    ip.run("v5 = 1.0\ndef h(x):\n    return g(x) * v5\nr = dh(0.5)")
+    assert ip.ns["r"] == pytest.approx(-onp.sin(0.5))
+    ip.run("v5 = 3.0")
+    ip.run("r = dh(0.5)")
+    assert ip.ns["r"] == pytest.approx(-3 * onp.sin(0.5))
