@@ -206,7 +206,7 @@ case("np.fft.rfftn", lambda x: np.fft.rfftn(x), (4, 4))
 case("np.fft.irfft", lambda x: np.fft.irfft(x), (5,))
 case("np.fft.irfft2", lambda x: np.fft.irfft2(x), (4, 3))
 case("np.fft.irfftn", lambda x: np.fft.irfftn(x), (4, 3))
-case("np._astype", lambda x: x.astype(float) * 2.0, S, label="astype")
+case("np.astype", lambda x: x.astype(float) * 2.0, S, label="astype")
 case("np.sinc", lambda x: np.sinc(x), S)
 case("np.ravel", lambda x: x.ravel(), S, label="ravel method")
 
