@@ -64,9 +64,13 @@ class DepTable:
         returned as a change so that its *other* dependents are invalidated too.
         """
         changed: list[Changed] = []
-        keys = []
+        # Record each key before subscribing to it, so that an interrupt (Ctrl-C) midway
+        # leaves dep_keys naming exactly what unsubscribe() must undo.
+        keys: list[Hashable] = []
+        entry.dep_keys = keys
         for dep in deps:
             probe = dep.probe()
+            keys.append(dep.key)
             rec = self.records.get(dep.key)
             if rec is None:
                 rec = self.records[dep.key] = Record(dep, probe)
@@ -76,8 +80,6 @@ class DepTable:
                 if change.dependents:
                     changed.append(change)
             rec.dependents.add(entry)
-            keys.append(dep.key)
-        entry.dep_keys = keys
         return changed
 
     def unsubscribe(self, entry: Entry) -> None:

@@ -1,0 +1,266 @@
+"""Sessions under stress: threads, interrupts, %reset, unload/reload, kernel restarts."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import numpy as onp
+import pytest
+
+import ipyrefresh
+from ipyrefresh._src.compilers import reference
+
+_PACKAGE = str(Path(ipyrefresh.__file__).parent) + "/"
+
+
+def fresh(ip: Any, fn: str, *args: Any, transform: str = "grad") -> Any:
+    return reference(ip.ns[fn], transform, 0, args, {})
+
+
+def assert_consistent(engine: Any) -> None:
+    """Every fresh entry is subscribed to all its dependencies, so no change can be missed."""
+    records = engine.table.records
+    for entry in engine.cache:
+        if entry.stale:
+            continue
+        assert entry.artifact is not None and entry.fn is not None, entry.key
+        for key in entry.dep_keys:
+            assert key in records and entry in records[key].dependents, (entry.key, key)
+    for key, rec in records.items():
+        for entry in rec.dependents:
+            assert key in entry.dep_keys
+
+
+# -- threads ---------------------------------------------------------------------------------
+def test_threads_calling_handles_while_cells_redefine_the_target(ip: Any) -> None:
+    ip.run("def h(x):\n    return 1.0 * x * x\ndh = grad(h)\ndh(3.0)")
+    dh = ip.ns["dh"]
+    stop = threading.Event()
+    seen: list[list[float]] = [[] for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def worker(out: list[float], arg: Any) -> None:
+        try:
+            while not stop.is_set():
+                value = dh(arg)
+                out.append(float(onp.sum(value)))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=worker, args=(seen[i], 3.0 if i % 2 else onp.array([3.0])))
+        for i in range(4)
+    ]
+    for t in threads:
+        t.start()
+    try:
+        for k in range(2, 120):
+            ip.run(f"def h(x):\n    return {k}.0 * np.sum(x * x)")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert not errors, errors
+    valid = {6.0 * k for k in range(1, 120)}
+    for out in seen:
+        assert out, "a worker never ran"
+        assert set(out) <= valid
+        # A thread never goes back to older code once it has seen newer code.
+        assert out == sorted(out)
+    assert dh(3.0) == 6.0 * 119 == fresh(ip, "h", 3.0)
+    assert_consistent(ipyrefresh.get_engine())
+
+
+# -- KeyboardInterrupt -------------------------------------------------------------------------
+class InterruptAt:
+    """Raise KeyboardInterrupt at the n-th line ipyrefresh executes (as Ctrl-C could)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.lines = 0
+        self.fired = False
+
+    def local(self, frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line" and not self.fired:
+            self.lines += 1
+            if self.lines == self.n:
+                self.fired = True
+                raise KeyboardInterrupt
+        return self.local
+
+    def glob(self, frame: FrameType, event: str, arg: Any) -> Any:
+        if self.fired or not frame.f_code.co_filename.startswith(_PACKAGE):
+            return None
+        return self.local
+
+    def run(self, fn: Callable[[], Any]) -> bool:
+        sys.settrace(self.glob)
+        try:
+            fn()
+        except KeyboardInterrupt:
+            assert self.fired
+        finally:
+            sys.settrace(None)
+        return self.fired
+
+
+def test_keyboard_interrupt_anywhere_in_a_rebuild(ip: Any) -> None:
+    ip.run(
+        "W = np.array([1.0, 2.0])\n"
+        "def g(x):\n    return np.sin(x) * W[0]\n"
+        "def h(x):\n    return g(x) * 2.0 + W[1]\n"
+        "from ipyrefresh import hessian\n"
+        "dh, d2h = grad(h), hessian(h)\ndh(0.5), d2h(0.5)"
+    )
+    engine = ipyrefresh.get_engine()
+    dh, d2h = ip.ns["dh"], ip.ns["d2h"]
+    n, interrupted = 0, 0
+    while True:
+        n += 1 if n < 400 else 5
+        ip.run(f"def g(x):\n    return np.sin(x) * W[0] * {n % 9 + 1}.0")
+        fired = InterruptAt(n).run(lambda: dh(0.5))
+        assert_consistent(engine)
+        # Whatever was interrupted, the next calls rebuild as needed and are right.
+        assert dh(0.5) == pytest.approx(fresh(ip, "h", 0.5))
+        assert d2h(0.5) == pytest.approx(fresh(ip, "h", 0.5, transform="hessian"))
+        assert_consistent(engine)
+        if not fired:
+            break
+        interrupted += 1
+    assert interrupted > 50  # the rebuild really was interrupted at many places
+    # Changes after all that are still seen.
+    ip.run("W[0] = 4.0")
+    assert dh(0.5) == pytest.approx(fresh(ip, "h", 0.5))
+
+
+def test_keyboard_interrupt_from_the_user_code_during_a_rebuild(ip: Any) -> None:
+    ip.run(
+        "stop = [False]\n"
+        "def h(x):\n"
+        "    if stop[0]:\n"
+        "        stop[0] = False\n"
+        "        raise KeyboardInterrupt\n"
+        "    return x ** 3\n"
+        "dh = grad(h)\nr = dh(2.0)"
+    )
+    assert ip.ns["r"] == 12.0
+    ip.run("stop[0] = True")
+    err = ip.run_error("dh(2.0)")
+    assert isinstance(err, KeyboardInterrupt)
+    ip.run("r = dh(2.0)")
+    assert ip.ns["r"] == 12.0
+    assert_consistent(ipyrefresh.get_engine())
+
+
+# -- %reset, unload and reload ---------------------------------------------------------------
+def test_reset_forgets_everything_and_starts_over(ip: Any) -> None:
+    import gc
+    import weakref
+
+    ip.run("def h(x):\n    return x ** 3\ndh = grad(h)\ndh(2.0)")
+    old = weakref.ref(ip.ns["h"])
+    ip.run("%reset -f")
+    gc.collect()
+    assert old() is None, "%reset: a cached derivative kept the old function alive"
+    assert "h" not in ip.ns
+    ip.run("import autograd.numpy as np\nfrom ipyrefresh import grad")
+    ip.run("def h(x):\n    return np.sin(x)\ndh = grad(h)\nr = dh(2.0)")
+    assert ip.ns["r"] == pytest.approx(onp.cos(2.0))
+    ip.run("def h(x):\n    return np.cos(x)\nr = dh(2.0)")
+    assert ip.ns["r"] == pytest.approx(-onp.sin(2.0))
+    status = ipyrefresh.status()
+    assert status["attached"] and status["entries_total"] == 1
+    assert_consistent(ipyrefresh.get_engine())
+
+
+def shell_state(shell: Any) -> dict[str, Any]:
+    return {
+        "events": {k: list(v) for k, v in shell.events.callbacks.items()},
+        "line": sorted(shell.magics_manager.magics["line"]),
+        "cell": sorted(shell.magics_manager.magics["cell"]),
+        "registry": sorted(shell.magics_manager.registry),
+        "ast": list(shell.ast_transformers),
+        "input": list(shell.input_transformers_post),
+        "configurables": list(shell.configurables),
+        "trace": sys.gettrace(),
+        "profile": sys.getprofile(),
+    }
+
+
+def test_unload_and_reload_leave_the_shell_as_before(bare_shell: Any) -> None:
+    ip = bare_shell
+    ip.run("import autograd.numpy as np")
+    before = shell_state(ip.shell)
+    ip.run("%load_ext ipyrefresh")
+    loaded = shell_state(ip.shell)
+    assert loaded != before
+    ip.run("%unload_ext ipyrefresh")
+    assert shell_state(ip.shell) == before
+    ip.run("%load_ext ipyrefresh")
+    for _ in range(3):
+        ip.run("%reload_ext ipyrefresh")
+    after = shell_state(ip.shell)
+    # Same hooks as one load: nothing doubled, nothing lost (callbacks are new objects).
+    assert {k: len(v) for k, v in after["events"].items()} == {
+        k: len(v) for k, v in loaded["events"].items()
+    }
+    for key in ("line", "cell", "registry", "trace", "profile"):
+        assert after[key] == loaded[key], key
+    assert len(after["ast"]) == len(loaded["ast"])
+    assert len(after["configurables"]) == len(loaded["configurables"])
+    # And it still works: one change, one world step, the right answer.
+    ip.run("from ipyrefresh import grad\ndef h(x):\n    return x ** 3\ndh = grad(h)\ndh(2.0)")
+    world = ipyrefresh.status()["world"]
+    ip.run("def h(x):\n    return x ** 4")
+    assert ipyrefresh.status()["world"] == world + 1
+    ip.run("r = dh(2.0)")
+    assert ip.ns["r"] == 32.0
+    ip.run("%unload_ext ipyrefresh")
+    assert shell_state(ip.shell) == before
+
+
+# -- kernel restart ----------------------------------------------------------------------------
+@pytest.mark.kernel
+def test_kernel_restart() -> None:
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3")
+    try:
+
+        def run(code: str) -> str:
+            out: list[str] = []
+
+            def hook(msg: dict[str, Any]) -> None:
+                content = msg["content"]
+                if msg["msg_type"] == "stream":
+                    out.append(content["text"])
+                elif msg["msg_type"] == "error":
+                    out.append(f"ERROR {content['ename']}: {content['evalue']}")
+
+            reply = kc.execute_interactive(code, output_hook=hook, timeout=120)
+            assert reply["content"]["status"] == "ok", "".join(out)
+            return "".join(out)
+
+        setup = (
+            "%load_ext ipyrefresh\nimport autograd.numpy as np\nfrom ipyrefresh import grad\n"
+            "def h(x):\n    return np.sin(x) * 3.0\ndh = grad(h)\nprint(float(dh(0.2)))"
+        )
+        assert float(run(setup)) == pytest.approx(3 * onp.cos(0.2))
+        run("def h(x):\n    return np.cos(x)")
+        assert float(run("print(float(dh(0.2)))")) == pytest.approx(-onp.sin(0.2))
+        km.restart_kernel(now=True)
+        kc.wait_for_ready(timeout=120)
+        assert run("print('dh' in globals())").strip() == "False"
+        assert float(run(setup)) == pytest.approx(3 * onp.cos(0.2))
+        run("def h(x):\n    return np.cos(x) * 2.0")
+        out = run("import ipyrefresh\nprint(ipyrefresh.status()['stale'], float(dh(0.2)))")
+        stale, value = out.split()
+        assert stale == "1" and float(value) == pytest.approx(-2 * onp.sin(0.2))
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
