@@ -101,7 +101,7 @@ class TapeArtifact:
         if self.fallback:
             self.last_event = f"autograd fallback: {self.fallback}"
             return self.reference(fn, args, kwargs)
-        why = f"guard {failed} failed"
+        why = f"guard failed: {failed}"
         if len(variants) >= MAX_VARIANTS:
             if not self.warned:
                 self.warned = True
@@ -124,7 +124,7 @@ class TapeArtifact:
         r = variant.run(args, kwargs)
         if type(r) is int:  # the trace's own inputs fail its guards: not deterministic
             self.last_event = (
-                f"autograd fallback: guard {variant.guards[r]} fails on the traced inputs"
+                f"autograd fallback: guard fails on the traced inputs: {variant.guards[r]}"
             )
             return self.reference(fn, args, kwargs)
         self.variants.insert(0, variant)
@@ -167,7 +167,7 @@ class TapeCompiler:
             return Built(artifact, artifact.reference(fn, args, kwargs), fallback=str(exc))
         r = variant.run(args, kwargs)
         if type(r) is int:
-            why = f"guard {variant.guards[r]} fails on the traced inputs (not deterministic)"
+            why = f"not deterministic: guard fails on the traced inputs: {variant.guards[r]}"
             artifact.fallback = why
             artifact.last_event = f"autograd fallback: {why}"
             return Built(artifact, artifact.reference(fn, args, kwargs), fallback=why)

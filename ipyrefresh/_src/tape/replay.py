@@ -101,7 +101,7 @@ class _Gen:
 
 def _describe(op: Op, expected: Any) -> str:
     name = getattr(op.fun, "__name__", "?")
-    shown = repr(expected)
+    shown = repr(bool(expected) if type(expected) is np.bool_ else expected)
     if len(shown) > 40:
         shown = shown[:37] + "..."
     return f"{name}(...) == {shown} at {op.where}"
