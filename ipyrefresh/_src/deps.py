@@ -58,6 +58,14 @@ class Dep:
     def probe(self) -> Probe:
         raise NotImplementedError
 
+    def same(self, last: Probe) -> bool:
+        """Cheap check that nothing changed since ``last`` (the sweep's hot path).
+
+        The default re-probes; kinds on the hot path override it with identity checks
+        that allocate nothing.
+        """
+        return self.probe().state == last.state
+
     def describe(self, old: Probe, new: Probe) -> str:
         """A short verb phrase for the change from ``old`` to ``new`` ("redefined")."""
         raise NotImplementedError
@@ -80,6 +88,12 @@ class BindingDep(Dep):
         except Exception:
             value = UNREADABLE
         return Probe(id(value), value)
+
+    def same(self, last: Probe) -> bool:
+        try:
+            return self.ns.get(self.name, MISSING) is last.keep
+        except Exception:
+            return last.keep is UNREADABLE
 
     def describe(self, old: Probe, new: Probe) -> str:
         if new.keep is MISSING:
@@ -126,6 +140,28 @@ class FunctionDep(Dep):
     def probe(self) -> Probe:
         return function_fingerprint(self.fn)
 
+    def same(self, last: Probe) -> bool:
+        fn = self.fn
+        keep = last.keep
+        if (
+            fn.__code__ is not keep[0]
+            or fn.__defaults__ is not keep[1]
+            or fn.__kwdefaults__ is not keep[2]
+            or primitive_vjps.get(fn, MISSING) is not keep[4]
+            or fn.__dict__.get("__wrapped__", MISSING) is not keep[3]
+        ):
+            return False
+        closure = fn.__closure__
+        if closure:
+            for cell, old in zip(closure, keep[5:], strict=True):
+                try:
+                    if cell.cell_contents is not old:
+                        return False
+                except ValueError:
+                    if old is not MISSING:
+                        return False
+        return True
+
     def describe(self, old: Probe, new: Probe) -> str:
         o, n = old.state, new.state
         assert isinstance(o, tuple) and isinstance(n, tuple)
@@ -153,6 +189,9 @@ class RuleDep(Dep):
     def probe(self) -> Probe:
         rule = primitive_vjps.get(self.prim, MISSING)
         return Probe(id(rule), (self.prim, rule))
+
+    def same(self, last: Probe) -> bool:
+        return primitive_vjps.get(self.prim, MISSING) is last.keep[1]
 
     def describe(self, old: Probe, new: Probe) -> str:
         return "gradient rule changed"

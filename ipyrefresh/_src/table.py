@@ -102,10 +102,12 @@ class DepTable:
             records = (r for r in (self.records.get(k) for k in keys) if r is not None)
         changed = []
         for rec in records:
+            if rec.dep.same(rec.probe):
+                continue
             probe = rec.dep.probe()
             if probe.state != rec.probe.state:
                 changed.append(Changed(rec, rec.probe, probe))
-                rec.probe = probe
+            rec.probe = probe
         return changed
 
     def keys_for_names(self, ns: dict[str, Any], names: Iterable[str]) -> list[Hashable]:
