@@ -394,3 +394,28 @@ def test_config_validation(ip: Shell, caplog: pytest.LogCaptureFixture) -> None:
     assert config.compiler == "autograd" and config.mode == "lazy"
     ip.run("%config IPyRefresh.mode = 'eager'")
     assert config.mode == "eager"
+
+
+def test_changing_the_default_compiler_rebuilds_with_it(
+    ip: Shell, request: pytest.FixtureRequest
+) -> None:
+    from ipyrefresh._src.compilers import _REGISTRY, AutogradCompiler, register_compiler
+
+    class Twice(AutogradCompiler):
+        """A stand-in second compiler: autograd's answer under another name."""
+
+        name = "twice"
+
+    register_compiler("twice", Twice)
+    request.addfinalizer(lambda: _REGISTRY.pop("twice", None))
+    ip.run("def h(x): return np.sin(x)\ndh = grad(h)")
+    assert ip.run("dh(0.0)") == 1.0
+    assert entry("grad(h)")["compiler"] == "autograd"
+    ip.run("%config IPyRefresh.compiler = 'twice'")
+    assert ip.run("dh(0.0)") == 1.0
+    assert entry("grad(h)")["compiler"] == "twice"
+    pinned = ipyrefresh.Derivative("grad", ip.ns["h"], 0, compiler="autograd")
+    assert pinned(0.0) == 1.0
+    ip.run("%config IPyRefresh.compiler = 'autograd'")
+    assert pinned(0.0) == 1.0 and ip.run("dh(0.0)") == 1.0
+    assert {e["compiler"] for e in ipyrefresh.status()["entries"]} == {"autograd"}

@@ -36,6 +36,7 @@ class Entry:
         "id",
         "key",
         "last_event",
+        "pinned",
         "reasons",
         "signature",
         "stale",
@@ -61,6 +62,7 @@ class Entry:
         self.dep_keys: list[Hashable] = []
         self.graph: Any = None
         self.compiler = ""
+        self.pinned: str | None = None  # a compiler the handle asked for, else the default
         self.fallback = ""
         self.error = ""
         self.example: tuple[tuple[Any, ...], dict[str, Any]] | None = None

@@ -189,6 +189,7 @@ class Engine:
                 self.cache.remove(entry)
             entry = Entry(key, target, transform, argnum, sig)
             entry.compiler = name
+            entry.pinned = compiler
             self.cache.add(entry)
             target.entry_keys.add(key)
         return entry
@@ -203,7 +204,7 @@ class Engine:
         with self.lock:
             if self.cache.get(entry.key) is not entry:
                 entry = self.entry_for(
-                    entry.target, entry.transform, entry.argnum, entry.signature, entry.compiler
+                    entry.target, entry.transform, entry.argnum, entry.signature, entry.pinned
                 )
             if not self.attached and not entry.stale:
                 changes = self.table.check(entry.dep_keys)
