@@ -125,6 +125,9 @@ def parse_call(expr: str, ns: dict[str, Any]) -> GradCall:
         tree = ast.parse(expr, mode="eval")
     except SyntaxError as exc:
         raise GradLineError(f"could not parse {expr!r}: {exc.msg}") from None
+    if any(isinstance(node, ast.NamedExpr) for node in ast.walk(tree)):
+        # eval() would bind the name in the user's namespace.
+        raise GradLineError("assignment expressions (:=) are not allowed in a %grad line")
     call = tree.body
     if not isinstance(call, ast.Call):
         raise GradLineError(f"expected a call such as f(1.0), got {expr!r}")
