@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import autograd.numpy as anp
 import numpy as np
+from autograd.builtins import container_take
 from autograd.numpy.numpy_boxes import ArrayBox
 
 _getitem = ArrayBox.__getitem__
@@ -105,7 +106,7 @@ def forward(names: Names, op: Any) -> str | None:
     if op.kwargs:
         return None
     f = op.fun
-    if f is _getitem and len(op.args) == 2:
+    if (f is _getitem or f is container_take) and len(op.args) == 2:
         return f"{names.arg(op, 0)}[{names.arg(op, 1)}]"
     template = OPERATORS.get(f)
     if template is None or not any(_is_numpy(a) for a in op.args):

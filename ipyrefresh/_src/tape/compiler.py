@@ -9,6 +9,7 @@ on plain autograd from the start, and says why (``Built.fallback``).
 
 from __future__ import annotations
 
+import ctypes
 import random
 import warnings
 from collections.abc import Callable
@@ -24,9 +25,27 @@ from .trace import Unsupported, record
 MAX_VARIANTS = 8
 
 
+def _mt_words() -> Any:
+    """numpy's global Mersenne Twister state words (key[624], pos), read in place."""
+    try:
+        bitgen = np.random.mtrand._rand._bit_generator
+        return (ctypes.c_uint32 * 625).from_address(bitgen.ctypes.state_address)
+    except Exception:  # another numpy layout: fall back to the slow public API
+        return None
+
+
+_MT = _mt_words()
+
+
 def _rng_state() -> tuple[Any, ...]:
-    state: Any = np.random.get_state()
-    return (state[1][state[2] % 624], state[2], random.getstate()[1][-1])
+    """Cheap fingerprint of the global random generators (numpy's and Python's)."""
+    if _MT is not None:
+        pos = _MT[624]
+        numpy_part: tuple[Any, ...] = (pos, _MT[pos % 624], _MT[0])
+    else:
+        state: Any = np.random.get_state()
+        numpy_part = (state[1][state[2] % 624], state[2])
+    return (*numpy_part, random.getstate()[1][-1])
 
 
 def _hessian_inner(fn: Any, argnum: Any) -> Callable[..., Any]:

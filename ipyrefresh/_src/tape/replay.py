@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from autograd.builtins import container_take
 from autograd.core import add_outgrads, primitive_vjps, vspace
 from autograd.numpy.numpy_boxes import ArrayBox
 
@@ -59,6 +60,7 @@ class Compiled:
 
 
 _INLINE = (int, bool, str, type(None))
+_G = "@G@"  # stands for the cotangent's name until names are assigned
 
 
 class _Gen:
@@ -179,16 +181,19 @@ def generate(tape: Tape, transform: str) -> Compiled:
 
     # -- backward plan -------------------------------------------------------------------
     back = [op for op in reversed(ops) if live[op.slot]]
+    root_keys = _root_split(tape, back)
     plans: list[tuple[Op, list[tuple[int, int, str | None]]]] = []
     general_into: set[int] = set()
     for op in back:
         ppos = [pos for pos in sorted(op.parents) if live[op.parents[pos]]]
         exprs: list[tuple[int, int, str | None]] = []
         for pos in ppos:
-            if op.fun is _getitem and pos == 0 and _dense_array(op.args[0]):
+            if root_keys is not None and op.parents[pos] == 0:
+                exprs.append((pos, 0, "ROOTTAKE"))
+            elif op.fun is _getitem and pos == 0 and _dense_array(op.args[0]):
                 exprs.append((pos, op.parents[pos], "SCATTER"))
             else:
-                expr = adjoints.adjoint(gen, op, pos, f"g{op.slot}", f"v{op.slot}")
+                expr = adjoints.adjoint(gen, op, pos, _G, f"v{op.slot}")
                 exprs.append((pos, op.parents[pos], expr))
         if any(x is None for _, _, x in exprs):
             exprs = [(pos, p, None) for pos, p, _ in exprs]
@@ -202,52 +207,92 @@ def generate(tape: Tape, transform: str) -> Compiled:
             _check_vjp(op, [pos for pos, _, _ in exprs])
 
     # -- backward code -------------------------------------------------------------------
+    # Cotangent variables are recycled once consumed: fewer distinct names compile faster.
     body: list[str] = []
     started: set[int] = set()
     owned: set[int] = set()
+    names: dict[int, str] = {0: "g0"}
+    free: list[str] = []
+    counter = [0]
     general = specialized = 0
+
+    def name(slot: int) -> str:
+        n = names.get(slot)
+        if n is None:
+            if free:
+                n = free.pop()
+            else:
+                n = f"a{counter[0]}"
+                counter[0] += 1
+            names[slot] = n
+        return n
+
+    def release(slot: int) -> None:
+        if slot:
+            free.append(names.pop(slot))
 
     def read(slot: int) -> None:
         if slot in general_into:
-            body.append(f"g{slot} = G{slot}[0]")
+            n = name(slot)
+            body.append(f"{n} = {n}[0]")
 
     def accumulate(slot: int, expr: str) -> None:
+        n = name(slot)
         if slot in general_into:
-            prev = f"G{slot}" if slot in started else "None"
-            body.append(f"G{slot} = _add({prev}, {expr})")
+            prev = n if slot in started else "None"
+            body.append(f"{n} = _add({prev}, {expr})")
         elif slot in started:
-            body.append(f"g{slot} = g{slot} + {expr}")
+            body.append(f"{n} = {n} + ({expr})")
             if np.ndim(tape.values[slot]) > 0:
                 owned.add(slot)
         else:
-            body.append(f"g{slot} = {expr}")
+            body.append(f"{n} = {expr}")
         started.add(slot)
 
+    seed_name = name(tape.output)
+    if root_keys is not None:  # one zero array per element, added into in place
+        for k, key in enumerate(root_keys):
+            elem = _element(tape.values[0], key)
+            body.append(
+                f"r{k} = _zeros({np.shape(elem)!r}, dtype={gen.const(np.result_type(elem))})"
+            )
     for op, exprs in plans:
         if op.slot != tape.output:
             read(op.slot)
-        g = f"g{op.slot}"
+        g = name(op.slot)
         if exprs and exprs[0][2] is None:
             general += 1
             maker = gen.const(primitive_vjps[op.fun])
             argnums = tuple(pos for pos, _, _ in exprs)
             argtuple = "(" + "".join(f"{gen.arg(op, i)}, " for i in range(len(op.args))) + ")"
             kw = gen.const(op.kwargs)
-            names = ", ".join(f"c{pos}" for pos in argnums)
-            body.append(f"{names}, = {maker}({argnums!r}, v{op.slot}, {argtuple}, {kw})({g})")
+            temps = ", ".join(f"c{pos}" for pos in argnums)
+            body.append(f"{temps}, = {maker}({argnums!r}, v{op.slot}, {argtuple}, {kw})({g})")
             for pos, p, _ in exprs:
                 accumulate(p, f"c{pos}")
-            continue
-        specialized += 1
-        for pos, p, expr in exprs:
-            if expr == "SCATTER":
-                _scatter(gen, body, op, p, g, started, owned)
-            else:
-                assert expr is not None
-                tmp = f"c{pos}"
-                body.append(f"{tmp} = {expr}")
-                accumulate(p, tmp)
-    read(0)
+        else:
+            specialized += 1
+            for _pos, p, expr in exprs:
+                if expr == "ROOTTAKE":
+                    assert root_keys is not None
+                    body.append(f"r{root_keys.index(op.args[1])} += {g}")
+                elif expr == "SCATTER":
+                    _scatter(gen, body, op, name(p), g, p, started, owned)
+                else:
+                    assert expr is not None
+                    accumulate(p, expr.replace(_G, g))
+        if op.slot != tape.output:
+            release(op.slot)
+    if root_keys is not None:
+        elems = ", ".join(f"r{k}" for k in range(len(root_keys)))
+        root = tape.values[0]
+        if type(root) is dict:
+            pairs = ", ".join(f"{key!r}: r{k}" for k, key in enumerate(root_keys))
+            body.append(f"g0 = {{{pairs}}}")
+        else:
+            body.append(f"g0 = {type(root).__name__}(({elems},))")
+    else:
+        read(0)
 
     # -- transform -----------------------------------------------------------------------
     out = f"v{tape.output}"
@@ -263,13 +308,13 @@ def generate(tape: Tape, transform: str) -> Compiled:
             b.flags.writeable = False
         jshape = tuple(vs.shape) + tuple(vspace(tape.values[0]).shape)
         lines.append("    grads = []")
-        lines.append(f"    for g{tape.output} in {gen.const(basis)}:")
+        lines.append(f"    for {seed_name} in {gen.const(basis)}:")
         lines.extend("        " + b for b in body)
         lines.append("        grads.append(g0)")
         lines.append(f"    return _npreshape(_stack(grads), {jshape!r})")
     else:
         seed = vs.ones()
-        lines.append(f"    g{tape.output} = {gen.const(seed)}.copy()")
+        lines.append(f"    {seed_name} = {gen.const(seed)}.copy()")
         lines.extend("    " + b for b in body)
         result = f"({out}, g0)" if transform == "value_and_grad" else "g0"
         lines.append(f"    return {result}")
@@ -279,29 +324,69 @@ def generate(tape: Tape, transform: str) -> Compiled:
     return Compiled(gen.ns["run"], gen.guards, source, general, specialized)
 
 
+def _element(root: Any, key: Any) -> Any:
+    return root[key]
+
+
+def _root_split(tape: Tape, back: list[Op]) -> list[Any] | None:
+    """Keys of a list/tuple/dict root if every use of it is ``root[key]`` with a constant
+    key and real array elements: then its cotangent is built element by element, as
+    autograd's in-place container adds do, without sparse objects."""
+    root = tape.values[0]
+    if type(root) not in (list, tuple, dict):
+        return None
+    keys = list(range(len(root))) if type(root) is not dict else list(root)
+    if type(root) is dict and not all(type(k) is str for k in keys):
+        return None
+    if not all(_real_leaf(root[k]) for k in keys):
+        return None
+    for op in back:
+        if 0 in op.parents.values():
+            if op.fun is not container_take or op.parents != {0: 0} or op.kwargs:
+                return None
+            if len(op.args) != 2 or op.args[1] not in keys or type(op.args[1]) is bool:
+                return None
+    return keys
+
+
+def _real_leaf(v: Any) -> bool:
+    t = type(v)
+    if t is float:
+        return True
+    return (t is np.ndarray or isinstance(v, np.floating)) and np.result_type(v).kind == "f"
+
+
 def _dense_array(v: Any) -> bool:
     return type(v) is np.ndarray and v.dtype.kind in "fc" and v.ndim > 0
 
 
 def _scatter(
-    gen: _Gen, body: list[str], op: Op, slot: int, g: str, started: set[int], owned: set[int]
+    gen: _Gen,
+    body: list[str],
+    op: Op,
+    acc: str,
+    g: str,
+    slot: int,
+    started: set[int],
+    owned: set[int],
 ) -> None:
-    """Cotangent of ``A[idx]``: add ``g`` into a zero array shaped like ``A``, in place."""
+    """Cotangent of ``A[idx]``: add ``g`` into a zero array shaped like ``A`` (named
+    ``acc``), in place."""
     a, idx = op.args
     if isinstance(idx, list) and (len(idx) == 0 or not isinstance(idx[0], slice)):
         idx = np.array(idx, dtype="int64")
     i = gen.const(idx)
     basic = adjoints.basic_index(idx)
     if slot not in started:
-        body.append(f"g{slot} = _zeros({tuple(a.shape)!r}, dtype={gen.const(a.dtype)})")
-        body.append(f"g{slot}[{i}] = {g}" if basic else f"_add_at(g{slot}, {i}, {g})")
+        body.append(f"{acc} = _zeros({tuple(a.shape)!r}, dtype={gen.const(a.dtype)})")
+        body.append(f"{acc}[{i}] = {g}" if basic else f"_add_at({acc}, {i}, {g})")
         started.add(slot)
         owned.add(slot)
         return
     if slot not in owned:
-        body.append(f"g{slot} = g{slot}.copy()")
+        body.append(f"{acc} = {acc}.copy()")
         owned.add(slot)
-    body.append(f"g{slot}[{i}] += {g}" if basic else f"_add_at(g{slot}, {i}, {g})")
+    body.append(f"{acc}[{i}] += {g}" if basic else f"_add_at({acc}, {i}, {g})")
 
 
 def _check_vjp(op: Op, argnums: list[int]) -> None:
