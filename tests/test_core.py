@@ -391,7 +391,7 @@ def test_config_validation(ip: Shell, caplog: pytest.LogCaptureFixture) -> None:
     ip.run("%config IPyRefresh.compiler = 'nonsense'")
     assert "unknown compiler 'nonsense'" in caplog.text
     ip.run("%config IPyRefresh.mode = 'sometimes'")
-    assert config.compiler == "autograd" and config.mode == "lazy"
+    assert config.compiler == "tape" and config.mode == "lazy"  # the defaults, unchanged
     ip.run("%config IPyRefresh.mode = 'eager'")
     assert config.mode == "eager"
 
@@ -410,7 +410,7 @@ def test_changing_the_default_compiler_rebuilds_with_it(
     request.addfinalizer(lambda: _REGISTRY.pop("twice", None))
     ip.run("def h(x): return np.sin(x)\ndh = grad(h)")
     assert ip.run("dh(0.0)") == 1.0
-    assert entry("grad(h)")["compiler"] == "autograd"
+    assert entry("grad(h)")["compiler"] == "tape"
     ip.run("%config IPyRefresh.compiler = 'twice'")
     assert ip.run("dh(0.0)") == 1.0
     assert entry("grad(h)")["compiler"] == "twice"

@@ -23,7 +23,7 @@ class IPyRefresh(Configurable):
     ).tag(config=True)
 
     compiler = Unicode(
-        "autograd",
+        "tape",
         help="How derivatives are compiled: 'tape' (trace once, replay) or 'autograd' "
         "(plain autograd on every call).",
     ).tag(config=True)
