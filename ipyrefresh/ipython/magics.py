@@ -81,10 +81,8 @@ class IPyRefreshMagics(Magics):
         stale = [e for e in entries if e["state"] != "fresh"]
         total = len(entries)
         if not stale:
-            print(
-                f"All {total} derivative{'s are' if total != 1 else ' is'} fresh "
-                f"(world {status['world']})."
-            )
+            which = "The only derivative is" if total == 1 else f"All {total} derivatives are"
+            print(f"{which} fresh (world {status['world']}).")
         else:
             print(f"{len(stale)} of {total} derivatives stale (world {status['world']}):")
             width = max(len(e["name"]) for e in stale)
