@@ -21,21 +21,89 @@ This module imports jax; it is imported only when a "jax" compiler is first made
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
+from types import BuiltinFunctionType, FunctionType
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .analysis import is_user_code
 from .compilers import Artifact, Built
 
-_clear_staging_caches: Callable[[], None] | None
-try:  # staging caches (traces), not compiled executables
-    from jax._src.util import clear_all_caches as _clear_staging_caches
-except ImportError:  # pragma: no cover - other jax versions
-    _clear_staging_caches = None
+#: JAX caches that hold compiled executables, lowerings or device facts. They are keyed
+#: on traced programs, not on Python functions, so they never answer for old code.
+_KEEP = ("xla_primitive_callable", "compil", "lower", "hlo", "device", "backend", "sharding")
+#: Referents of weakly keyed JAX cache entries that are traced programs, not Python code.
+_PROGRAM_TYPES = frozenset({"ClosedJaxpr", "Jaxpr", "Module", "Primitive"})
+
+
+def _library_only(obj: Any, depth: int = 0) -> bool:
+    """True if ``obj`` is library code that reaches no user code (by type checks only)."""
+    t = type(obj)
+    if t is FunctionType:
+        if is_user_code(obj.__code__) or depth > 3:
+            return False
+        for cell in obj.__closure__ or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                continue
+            if callable(value) and not _library_only(value, depth + 1):
+                return False
+        wrapped = obj.__dict__.get("__wrapped__")
+        return wrapped is None or _library_only(wrapped, depth + 1)
+    if t is BuiltinFunctionType or t.__name__ in _PROGRAM_TYPES:
+        return True
+    if t is functools.partial:
+        return _library_only(obj.func, depth + 1) and not any(
+            callable(a) for a in (*obj.args, *obj.keywords.values())
+        )
+    return False  # anything else might wrap user code: treat it as user code
+
+
+def _clear_staging_caches() -> None:
+    """Drop JAX's cached traces of user code; keep everything else.
+
+    ``jax.jit``-wrapped callees, ``lax.scan`` bodies and the like are traced once and
+    cached by JAX on the function object. A cached trace runs no Python (so no
+    dependency would be recorded) and can hold an old callee. Before a build, every
+    weakly keyed cache entry whose key is (or wraps) user code is evicted, and the few
+    small caches that cannot evict by key are cleared; traces of library functions,
+    jaxpr transformations and every compiled executable (every other entry's, and the
+    op-by-op kernels of eager code) stay.
+    """
+    try:
+        from jax._src import util
+
+        caches = list(util._caches.items())
+    except (ImportError, AttributeError):  # pragma: no cover - other jax versions
+        jax.clear_caches()
+        return
+    for cache, name in caches:
+        if any(k in name for k in _KEEP):
+            continue
+        evict = getattr(cache, "evict_weakref", None)
+        keys = getattr(cache, "cache_keys", None)
+        if evict is None or keys is None:
+            cache.cache_clear()
+            continue
+        try:
+            referents = {id(r): r for r in (_referent(k) for k in keys()) if r is not None}
+            for r in referents.values():
+                if not _library_only(r):
+                    evict(r)
+        except Exception:  # pragma: no cover - a cache of another shape: start it afresh
+            cache.cache_clear()
+
+
+def _referent(key: Any) -> Any:
+    if type(key) is tuple and key and type(key[0]) is weakref.ReferenceType:
+        return key[0]()
+    return None
 
 
 def _elementwise_grad(fun: Callable[..., Any], argnums: Any = 0) -> Callable[..., Any]:
@@ -120,13 +188,7 @@ class JaxCompiler:
     ) -> Built:
         op = TRANSFORMS[transform]
         self.builds += 1
-        # Functions wrapped in jax.jit, lax.scan bodies and the like are traced once and
-        # cached by JAX on the function object; a cached trace would run no Python (so no
-        # dependency would be recorded) and could hold an old callee. Clearing JAX's
-        # staging caches makes this trace run the current code of everything it reaches;
-        # compiled executables, including every other entry's, are kept.
-        if _clear_staging_caches is not None:
-            _clear_staging_caches()
+        _clear_staging_caches()  # the trace must run the current Python code
         diff = argnum if type(argnum) is tuple else (argnum,)
         dyn = [i for i, a in enumerate(args) if i in diff or not _is_static(a)]
         kw_dyn = [k for k, v in kwargs.items() if not _is_static(v)]

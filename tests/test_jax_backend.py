@@ -1,0 +1,534 @@
+"""The JAX backend in a real IPython shell: jitted derivatives that never go stale.
+
+The oracle is a fresh, unjitted JAX transform (``jax.grad`` and friends) of the current
+code; in the differential test, of code defined from scratch in a fresh namespace.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import random
+import subprocess
+import sys
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as onp
+import pytest
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # no accelerator probing in tests
+jax = pytest.importorskip(
+    "jax", reason="the JAX backend needs jax: pip install ipyrefresh[jax] (./dev installs it)"
+)
+import jax.numpy as jnp  # noqa: E402
+
+import ipyrefresh  # noqa: E402
+from ipyrefresh._src.engine import Engine  # noqa: E402
+
+from .conftest import Shell  # noqa: E402
+
+JAX_IMPORTS = (
+    "import jax, jax.numpy as jnp\n"
+    "from jax import lax\n"
+    "import ipyrefresh.jax as rj\n"
+    "import ipyrefresh\n"
+)
+
+
+@pytest.fixture
+def jp(ip: Shell) -> Shell:
+    """The shell with ipyrefresh loaded and jax imported."""
+    ip.run(JAX_IMPORTS)
+    ip.run("x = jnp.array([0.3, -1.2, 2.0])")
+    return ip
+
+
+@pytest.fixture
+def x64() -> Iterator[None]:
+    """Double precision, so that jitted and unjitted answers agree to 1e-9."""
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", old)
+
+
+class CompileCounter:
+    """Counts XLA backend compilations through JAX's own monitoring events."""
+
+    EVENT = "/jax/core/compile/backend_compile_duration"
+
+    def __init__(self) -> None:
+        self.count = 0
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
+
+    def _listen(self, event: str, duration: float, **kwargs: Any) -> None:
+        if event == self.EVENT:
+            self.count += 1
+
+    def close(self) -> None:
+        from jax._src import monitoring
+
+        monitoring.unregister_event_duration_listener(self._listen)
+
+
+@pytest.fixture
+def compiles() -> Iterator[CompileCounter]:
+    counter = CompileCounter()
+    try:
+        yield counter
+    finally:
+        counter.close()
+
+
+def entry(name: str) -> dict[str, Any]:
+    matches = [e for e in ipyrefresh.status()["entries"] if e["name"] == name]
+    assert len(matches) == 1, (name, ipyrefresh.status()["entries"])
+    return matches[0]
+
+
+def close(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
+    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    if len(la) != len(lb):
+        return False
+    return all(
+        onp.allclose(onp.asarray(p), onp.asarray(q), rtol=rtol, atol=atol)
+        for p, q in zip(la, lb, strict=True)
+    )
+
+
+# -- the issue's problem, and its fix ------------------------------------------------------
+
+
+def test_plain_jax_jit_goes_stale_and_ipyrefresh_jax_does_not(jp: Shell) -> None:
+    jp.run("def g(x): return jnp.sin(x)")
+    jp.run("def h(x): return jnp.sum(g(x) ** 2)")
+    jp.run("plain = jax.jit(jax.grad(h))")
+    jp.run("dh = rj.grad(h)")
+    first = jp.run("dh(x)")
+    assert close(first, jp.run("plain(x)"))
+    assert close(first, jp.run("jax.grad(h)(x)"))
+    jp.run("def g(x): return jnp.cos(x)")
+    fresh = jp.run("jax.grad(h)(x)")
+    stale = jp.run("plain(x)")
+    # The problem (jax issue 28225): the jitted derivative still runs the old g.
+    assert close(stale, first) and not close(stale, fresh)
+    # The fix: the ipyrefresh handle rebuilt itself for the new g.
+    assert entry("grad(h)")["state"] == "stale"
+    assert any(r.startswith("g redefined") for r in entry("grad(h)")["reasons"])
+    assert close(jp.run("dh(x)"), fresh)
+    e = entry("grad(h)")
+    assert (e["state"], e["compiler"], e["rebuilds"], e["fallback"]) == ("fresh", "jax", 1, "")
+    assert "g" in e["deps"]
+    assert type(jp.run("dh(x)")) is type(fresh)  # a jax Array, like jax.grad's
+
+
+def test_only_affected_entries_are_rebuilt(jp: Shell, compiles: CompileCounter) -> None:
+    jp.run("def leaf(x): return jnp.tanh(x)")
+    jp.run("def mid(x): return 2.0 * leaf(x)")
+    for i in range(6):
+        callee = "mid(x)" if i < 2 else "jnp.sin(x)"
+        jp.run(f"def h{i}(x): return jnp.sum({callee} * {i + 1}.0 + x ** 2)")
+        jp.run(f"d{i} = rj.grad(h{i})")
+    for i in range(6):
+        jp.run(f"d{i}(x)")
+    assert compiles.count == 6
+    jp.run("def leaf(x): return jnp.tanh(2.0 * x)")
+    assert [entry(f"grad(h{i})")["state"] for i in range(6)] == ["stale"] * 2 + ["fresh"] * 4
+    fresh = [jp.run(f"jax.grad(h{i})(x)") for i in range(6)]  # compiles op-by-op kernels
+    before = compiles.count
+    for i in range(6):
+        assert close(jp.run(f"d{i}(x)"), fresh[i])
+        assert close(jp.run(f"d{i}(x)"), fresh[i])
+    assert compiles.count - before == 2  # one XLA compilation per affected entry, no more
+    assert [entry(f"grad(h{i})")["rebuilds"] for i in range(6)] == [1, 1, 0, 0, 0, 0]
+    assert [entry(f"grad(h{i})")["hits"] > 0 for i in range(6)] == [True] * 6
+    # Something nobody calls changes: nothing is rebuilt or compiled.
+    jp.run("def unrelated(x): return x")
+    jp.run("def unrelated(x): return 2 * x")
+    before = compiles.count
+    for i in range(6):
+        jp.run(f"d{i}(x)")
+    assert compiles.count == before
+    assert ipyrefresh.status()["rebuilds"] == 2
+
+
+def test_compile_count_cache_hits_and_new_shapes(jp: Shell, compiles: CompileCounter) -> None:
+    jp.run("def h(x): return jnp.sum(jnp.sin(x) * x)")
+    jp.run("dh = rj.grad(h)")
+    jp.run("dh(x)")
+    assert compiles.count == 1
+    args = ("x", "x + 1.0", "jnp.ones(3)", "x * 2")
+    fresh = [jp.run(f"jax.grad(h)({v})") for v in (*args, "jnp.ones(5)")]
+    before = compiles.count
+    for v, want in zip(args, fresh[:-1], strict=True):
+        assert close(jp.run(f"dh({v})"), want)
+    assert compiles.count == before  # same shape and dtype: the cached executable answers
+    assert close(jp.run("dh(jnp.ones(5))"), fresh[-1])
+    assert compiles.count == before + 1  # a new shape is a new entry, compiled once
+    assert len(ipyrefresh.status()["entries"]) == 2
+    # numpy arrays work too (a separate entry: they are keyed apart from jax arrays)
+    jp.run("import numpy as onp")
+    got = jp.run("dh(onp.array([0.3, -1.2, 2.0], dtype=onp.float32))")
+    assert close(got, jp.run("jax.grad(h)(x)"))
+
+
+def test_transforms_argnums_kwargs_and_static_args(jp: Shell) -> None:
+    jp.run("import numpy as onp")
+    jp.run(
+        "def f(a, b, n, scale=1.0, mode='sin'):\n"
+        "    acc = 0.0\n"
+        "    for i in range(n):\n"  # n is a Python int: the loop unrolls, as in jax.grad
+        "        acc = acc + (jnp.sin(a * b) if mode == 'sin' else jnp.cos(a)) * (i + 1)\n"
+        "    return jnp.sum(acc * scale)\n"
+    )
+    jp.run("b = jnp.array([1.0, 0.5, -2.0])")
+    cases = [
+        ("rj.grad(f)(x, b, 3)", "jax.grad(f)(x, b, 3)"),
+        ("rj.grad(f, 1)(x, b, 2, scale=2.0)", "jax.grad(f, 1)(x, b, 2, scale=2.0)"),
+        ("rj.grad(f, (0, 1))(x, b, 2)", "jax.grad(f, (0, 1))(x, b, 2)"),
+        ("rj.grad(f)(x, b, 2, mode='cos')", "jax.grad(f)(x, b, 2, mode='cos')"),
+        ("rj.value_and_grad(f)(x, b, 1)", "jax.value_and_grad(f)(x, b, 1)"),
+        ("rj.hessian(f)(x, b, 2)", "jax.hessian(f)(x, b, 2)"),
+        ("rj.jacobian(jnp.sin)(x)", "jax.jacobian(jnp.sin)(x)"),
+        ("rj.elementwise_grad(jnp.tanh)(x)", "jax.vmap(jax.grad(jnp.tanh))(x)"),
+        ("rj.grad(f)(0.5, 2.0, 2)", "jax.grad(f)(0.5, 2.0, 2)"),
+    ]
+    for ours, theirs in cases:
+        assert close(jp.run(ours), jp.run(theirs)), ours
+    statuses = ipyrefresh.status()["entries"]
+    assert statuses and all(e["compiler"] == "jax" for e in statuses)
+    assert not [e for e in statuses if e["fallback"]]
+    # static ints are part of the key: n=2 and n=3 are different compiled entries
+    jp.run("def f(a, b, n, scale=1.0, mode='sin'): return jnp.sum(jnp.cos(a) * b) * n")
+    for ours, theirs in cases:
+        assert close(jp.run(ours), jp.run(theirs)), ours
+
+
+def test_value_dependent_python_code_falls_back_to_plain_jax(jp: Shell) -> None:
+    jp.run(
+        "def f(x, t):\n"
+        "    if t > 0:\n"  # t is not differentiated: a Python float for jax.grad
+        "        return jnp.sum(jnp.sin(x) * t)\n"
+        "    return jnp.sum(x ** 2)\n"
+    )
+    for t in (0.5, -0.5):
+        assert close(jp.run(f"rj.grad(f)(x, {t})"), jp.run(f"jax.grad(f)(x, {t})"))
+    e = entry("grad(f)")
+    assert e["fallback"].startswith("not jitted: needs concrete values under jax.jit")
+    jp.run("class Box: pass")
+    jp.run("def k(x, box): return jnp.sum(x * 2.0)")
+    assert close(jp.run("rj.grad(k)(x, Box())"), jp.run("jax.grad(k)(x, Box())"))
+    assert "Box is not a JAX type" in entry("grad(k)")["fallback"]
+    jp.run("%stale")
+    # what fresh jax.grad rejects, the handle rejects too
+    # jax.grad lets Python branch on the differentiated value; jax.jit does not
+    jp.run("def branchy(x): return jnp.sum(x ** 3) if jnp.sum(x) > 0 else jnp.sum(x)")
+    for v in ("x", "-x"):
+        assert close(jp.run(f"rj.grad(branchy)({v})"), jp.run(f"jax.grad(branchy)({v})"))
+    assert entry("grad(branchy)")["fallback"].startswith("not jitted")
+    # what fresh jax.grad rejects, the handle rejects too, with the same error
+    jp.run("def vec(x): return x * 2.0")
+    theirs = jp.run_error("jax.grad(vec)(x)")
+    ours = jp.run_error("rj.grad(vec)(x)")
+    assert type(ours) is type(theirs) is TypeError
+    assert str(ours) == str(theirs)
+
+
+def test_jitted_callees_and_scan_bodies_are_retraced(jp: Shell) -> None:
+    """JAX caches the trace of a jax.jit-wrapped callee or a lax.scan body on the function
+    object: after a leaf changes, a rebuild must not reuse that stale trace."""
+    jp.run("def leaf(x): return jnp.sin(x)")
+    jp.run("@jax.jit\ndef inner(x): return leaf(x) * 2.0")
+    jp.run("def body(c, v): return c + leaf(v), c")
+    jp.run("def h(x):\n    c, _ = lax.scan(body, 0.0, x)\n    return jnp.sum(inner(x)) + c")
+    jp.run("dh = rj.grad(h)")
+    assert close(jp.run("dh(x)"), jp.run("jax.grad(h)(x)"))
+    deps = entry("grad(h)")["deps"]
+    assert "leaf" in deps and "body" in deps and "inner" in deps
+    jp.run("def leaf(x): return jnp.cos(3.0 * x)")
+    assert entry("grad(h)")["state"] == "stale"
+    want = -3.0 * jnp.sin(3.0 * jp.ns["x"]) * 3.0  # from inner (2x) and the scan (1x)
+    got = jp.run("dh(x)")
+    assert close(got, want), (got, want)
+    # even plain jax.grad now answers stale here: its scan/jit traces are cached on the
+    # functions; ipyrefresh cleared those staging caches for its rebuild
+    assert close(jp.run("jax.grad(h)(x)"), want)
+
+
+def test_globals_rebinding_and_in_place_numpy_changes(jp: Shell) -> None:
+    jp.run("import numpy as onp")
+    jp.run("w = jnp.array([1.0, 2.0, 3.0])\nv = onp.array([1.0, 1.0, 1.0])\nk = 2.0")
+    jp.run("def h(x): return jnp.sum(w * jnp.sin(x) * v) * k")
+    jp.run("dh = rj.grad(h)")
+    assert close(jp.run("dh(x)"), jp.run("jax.grad(h)(x)"))
+    for change in ("w = w * 2.0", "v[1] = 5.0", "k = -1.0"):
+        jp.run(change)
+        assert entry("grad(h)")["state"] == "stale", change
+        assert close(jp.run("dh(x)"), jp.run("jax.grad(h)(x)")), change
+    assert entry("grad(h)")["rebuilds"] == 3
+
+
+def test_backend_config_and_grad_magic(jp: Shell, caplog: pytest.LogCaptureFixture) -> None:
+    jp.run("def h(x): return jnp.sum(jnp.sin(x) ** 2)")
+    got = jp.run("%grad --backend jax h(x)")
+    assert close(got, jp.run("jax.grad(h)(x)"))
+    assert entry("grad(h)")["compiler"] == "jax"
+    jp.run("%config IPyRefresh.backend = 'jax'")
+    jp.run("d = ipyrefresh.grad(h)")
+    assert jp.run("d.compiler") == "jax"
+    assert close(jp.run("d(x)"), jp.run("jax.grad(h)(x)"))
+    assert close(jp.run("%grad h(x)"), jp.run("jax.grad(h)(x)"))
+    assert {e["compiler"] for e in ipyrefresh.status()["entries"]} == {"jax"}
+    jp.run("%config IPyRefresh.backend = 'torch'")
+    assert "unknown backend 'torch'" in caplog.text
+    assert ipyrefresh.get_engine().config.backend == "jax"
+    jp.run("%config IPyRefresh.backend = 'autograd'")
+    assert jp.run("ipyrefresh.grad(h).compiler") is None
+
+
+def test_stale_listing_shows_jax_entries(jp: Shell, capsys: pytest.CaptureFixture[str]) -> None:
+    jp.run("def g(x): return jnp.sin(x)")
+    jp.run("def h(x): return jnp.sum(g(x))")
+    jp.run("rj.grad(h)(x)")
+    jp.run("def g(x): return jnp.cos(x)")
+    capsys.readouterr()
+    jp.run("%stale")
+    out = capsys.readouterr().out
+    assert "grad(h)" in out and "g redefined" in out
+
+
+def test_artifacts_do_not_keep_functions_alive() -> None:
+    from ipyrefresh._src.compilers import make_compiler
+
+    ns: dict[str, Any] = {"jnp": jnp}
+    exec("def h(x):\n    return jnp.sum(jnp.sin(x))\n", ns)
+    h = ns.pop("h")
+    built = make_compiler("jax").build(h, "grad", 0, (jnp.ones(3),), {})
+    assert close(built.result, jnp.cos(jnp.ones(3)))
+    assert close(built.artifact(h, (jnp.zeros(3),), {}), jnp.ones(3))
+    ref = weakref.ref(h)
+    del h
+    gc.collect()
+    assert ref() is None  # the artifact (alive here) holds its function only weakly
+    assert close(built.artifact(None, (jnp.zeros(3),), {}), jnp.ones(3))  # still compiled
+
+
+def test_outside_ipython_a_handle_checks_its_dependencies(engine: Engine) -> None:
+    import ipyrefresh.jax as rj
+
+    ns: dict[str, Any] = {"jnp": jnp}
+    exec("def g(x): return jnp.sin(x)\ndef h(x): return jnp.sum(g(x))\n", ns)
+    d = rj.grad(ns["h"])
+    x = jnp.ones(3)
+    assert close(d(x), jnp.cos(x))
+    exec("def g(x): return 3.0 * x\n", ns)
+    assert close(d(x), 3.0 * jnp.ones(3))
+
+
+def test_importing_ipyrefresh_does_not_import_jax() -> None:
+    code = (
+        "import sys, ipyrefresh, ipyrefresh.jax\n"
+        "from ipyrefresh._src.compilers import available_compilers\n"
+        "assert 'jax' in available_compilers()\n"
+        "print('jax' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "False"
+
+
+# -- differential: random call graphs and redefinitions against fresh jax.grad -------------
+
+N_FUNCS = 6
+N_DATA = 2
+STEPS = int(os.environ.get("IPYREFRESH_JAX_DIFF_STEPS", "200"))
+PRIMS = ["jnp.sin(x)", "jnp.cos(x)", "jnp.tanh(x)", "x ** 2", "jnp.exp(0.1 * x)", "x * x * x"]
+HEADER = "import jax, jax.numpy as jnp\nimport numpy as onp\nfrom jax import lax\n"
+
+
+@dataclass
+class Model:
+    """What the notebook defines, as source, and what each entry was built from."""
+
+    rng: random.Random
+    funcs: dict[str, str] = field(default_factory=dict)  # name -> source of its def
+    calls: dict[str, set[str]] = field(default_factory=dict)  # name -> names its body uses
+    data: dict[str, float] = field(default_factory=dict)
+    w: list[float] = field(default_factory=lambda: [0.5, -0.25, 1.0])
+    rule: float = 2.0
+    built: dict[str, set[str]] = field(default_factory=dict)  # entry -> its deps when built
+    stale: set[str] = field(default_factory=set)
+
+    def term(self, i: int) -> tuple[str, set[str]]:
+        r = self.rng
+        c = round(r.uniform(-2, 2), 3)
+        kind = r.random()
+        if kind < 0.3 and i > 0:
+            j = r.randrange(i)
+            return f"{c} * f{j}(x)", {f"f{j}"}
+        if kind < 0.4 and i > 1:  # a jitted callee: its trace is cached by JAX
+            j = r.randrange(i)
+            return f"{c} * jax.jit(f{j})(x)", {f"f{j}"}
+        if kind < 0.48 and i > 1:  # lax.cond between two callees: both are traced
+            j, k = r.randrange(i), r.randrange(i)
+            cut = round(r.uniform(-0.5, 0.5), 2)
+            return f"lax.cond(jnp.sum(x) > {cut}, f{j}, f{k}, x)", {f"f{j}", f"f{k}"}
+        if kind < 0.6:
+            k = r.randrange(N_DATA)
+            return f"a{k} * {r.choice(PRIMS)}", {f"a{k}"}
+        if kind < 0.7:
+            return f"jnp.sum(w * x) * {r.choice(PRIMS)}", {"w"}
+        if kind < 0.78:
+            return f"{c} * p(x)", {"p", "p_jvp"}
+        return f"{c} * {r.choice(PRIMS)}", set()
+
+    def new_body(self, i: int) -> tuple[str, set[str]]:
+        terms = [self.term(i) for _ in range(self.rng.randint(1, 3))]
+        expr = " + ".join(t for t, _ in terms)
+        uses: set[str] = set().union(*(u for _, u in terms))
+        return f"def f{i}(x):\n    return {expr}\n", uses
+
+    def closure(self, name: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [name]
+        while todo:
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo.extend(self.calls.get(n, ()))
+        return seen
+
+    def invalidate(self, changed: set[str]) -> None:
+        for name, deps in self.built.items():
+            if deps & changed:
+                self.stale.add(name)
+
+    def source(self) -> str:
+        src = HEADER + self.p_source()
+        src += "".join(f"{k} = {v!r}\n" for k, v in self.data.items())
+        src += f"w = onp.array({self.w!r})\n" + "".join(self.funcs.values())
+        return src
+
+    def p_source(self) -> str:
+        return (
+            "@jax.custom_jvp\ndef p(x):\n    return x * x\n"
+            "def p_jvp(primals, tangents):\n"
+            "    (x,), (t,) = primals, tangents\n"
+            f"    return x * x, {self.rule} * x * t\n"
+            "p.defjvp(p_jvp)\n"
+        )
+
+    def oracle(self, x: onp.ndarray) -> dict[str, onp.ndarray | None]:
+        """Fresh, unjitted jax.grad of code defined from scratch (None: it cannot run).
+
+        ``jax.jit`` inside the code is disabled here: it is the identity on values, and
+        compiling every freshly defined callee would only make the oracle slow.
+        """
+        ns: dict[str, Any] = {}
+        exec(self.source(), ns)
+        answers: dict[str, onp.ndarray | None] = {}
+        for i in range(N_FUNCS):
+            name = f"s{i}"
+            try:
+                with jax.disable_jit():
+                    answers[name] = onp.asarray(jax.grad(ns[name])(x))
+            except NameError:
+                answers[name] = None
+        return answers
+
+    def expect_call(self, name: str, want: onp.ndarray | None) -> bool:
+        """Whether the engine must (successfully) rebuild ``name``'s entry now."""
+        if name not in self.stale or want is None:
+            return False  # a hit, or a rebuild that fails (the entry stays stale)
+        self.stale.discard(name)
+        self.built[name] = self.closure(name)
+        return True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [7])
+def test_random_redefinitions_match_fresh_jax_grad(
+    jp: Shell, engine: Engine, x64: None, seed: int
+) -> None:
+    rng = random.Random(seed)
+    model = Model(rng)
+    jp.run(HEADER)
+    jp.run(model.p_source())
+    jp.run(f"w = onp.array({model.w!r})")
+    for k in range(N_DATA):
+        model.data[f"a{k}"] = 1.0 + k
+        jp.run(f"a{k} = {model.data[f'a{k}']!r}")
+    for i in range(N_FUNCS):
+        src, uses = model.new_body(i)
+        model.funcs[f"f{i}"], model.calls[f"f{i}"] = src, uses
+        jp.run(src)
+        model.funcs[f"s{i}"] = f"def s{i}(x):\n    return jnp.sum(f{i}(x))\n"
+        model.calls[f"s{i}"] = {f"f{i}"}
+        jp.run(model.funcs[f"s{i}"])
+        jp.run(f"d{i} = rj.grad(s{i})")
+    model.stale = {f"s{i}" for i in range(N_FUNCS)}
+    mismatches: list[str] = []
+
+    def check_all(x: onp.ndarray) -> None:
+        builds = engine.stats["builds"]
+        expected = 0
+        jp.ns["_x"] = x
+        answers = model.oracle(x)
+        for i in range(N_FUNCS):
+            want = answers[f"s{i}"]
+            rebuilt = model.expect_call(f"s{i}", want)
+            jp.ns["_got"] = None
+            jp.run(f"try:\n    _got = onp.asarray(d{i}(_x))\nexcept NameError:\n    pass")
+            got = jp.ns["_got"]
+            if (want is None) != (got is None) or (
+                want is not None and not onp.allclose(got, want, rtol=1e-9, atol=1e-12)
+            ):
+                mismatches.append(f"s{i} at x={x}: got {got}, want {want}\n{model.source()}")
+            expected += rebuilt
+        assert engine.stats["builds"] - builds == expected, model.source()
+
+    check_all(onp.array([0.3, -0.7, 1.1]))
+    for _ in range(STEPS):
+        x = onp.round(onp.array([rng.uniform(-1, 1) for _ in range(3)]), 3)
+        action = rng.random()
+        changed: set[str] = set()
+        if action < 0.45:
+            i = rng.randrange(N_FUNCS)
+            src, uses = model.new_body(i)
+            model.funcs[f"f{i}"], model.calls[f"f{i}"] = src, uses
+            jp.run(src)
+            changed = {f"f{i}"}
+        elif action < 0.6:
+            k = rng.randrange(N_DATA)
+            model.data[f"a{k}"] = round(rng.uniform(-3, 3), 3)
+            jp.run(f"a{k} = {model.data[f'a{k}']!r}")
+            changed = {f"a{k}"}
+        elif action < 0.7:  # a numpy global changed in place: baked into the executable
+            j = rng.randrange(3)
+            model.w[j] = round(rng.uniform(-1, 1), 3)
+            jp.run(f"w[{j}] = {model.w[j]!r}")
+            changed = {"w"}
+        elif action < 0.78:  # a new custom_jvp rule, redefined as a notebook would
+            model.rule = round(rng.uniform(-3, 3), 3)
+            jp.run(model.p_source())
+            changed = {"p", "p_jvp"}
+        elif action < 0.85:
+            i = rng.randrange(N_FUNCS)
+            if f"f{i}" in model.funcs:
+                del model.funcs[f"f{i}"]
+                jp.run(f"del f{i}")
+            changed = {f"f{i}"}
+        else:
+            jp.run("z = 1")
+        model.invalidate(changed)
+        check_all(x)
+    assert not mismatches, f"{len(mismatches)} stale or wrong answers; first:\n{mismatches[0]}"
+    status = engine.status()
+    assert status["rebuilds"] > STEPS // 4  # the run really exercised invalidation
+    assert all(e["compiler"] == "jax" for e in status["entries"])
