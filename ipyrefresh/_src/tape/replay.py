@@ -7,6 +7,7 @@ an ``int``: the index of the first guard that failed (the tape does not apply).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -161,6 +162,7 @@ def generate(tape: Tape, transform: str) -> Compiled:
             gen.guard(f"{leaf.path} is not {gen.const(leaf.value)}", f"argument {leaf.path}")
 
     # -- forward -------------------------------------------------------------------------
+    fwd_defs: dict[int, tuple[int, str]] = {}  # line index -> (slot, expression)
     for e in tape.events:
         if isinstance(e, BoolGuard):
             want = "True" if e.expected else "False"
@@ -177,7 +179,8 @@ def generate(tape: Tape, transform: str) -> Compiled:
             expr = adjoints.forward(gen, e)
             if expr is None:
                 expr = f"{gen.const(e.fun.fun)}({gen.call_args(e)})"
-            lines.append(f"    v{e.slot} = {expr}")
+            fwd_defs[len(lines)] = (e.slot, expr)
+            lines.append("")  # filled in by _inline_forward
 
     # -- backward plan -------------------------------------------------------------------
     back = [op for op in reversed(ops) if live[op.slot]]
@@ -249,6 +252,20 @@ def generate(tape: Tape, transform: str) -> Compiled:
             body.append(f"{n} = {expr}")
         started.add(slot)
 
+    # A cotangent with one contribution, consumed once by the very next op, is not
+    # stored: its expression is substituted into the consumer (a chain becomes one line).
+    contributions: dict[int, int] = {}
+    for _op, exprs in plans:
+        for _pos, p, _x in exprs:
+            contributions[p] = contributions.get(p, 0) + 1
+    fusable: set[int] = set()
+    for op, exprs in plans:
+        simple = exprs and all(x not in (None, "SCATTER", "ROOTTAKE") for _, _, x in exprs)
+        if simple and sum(str(x).count(_G) for _, _, x in exprs) == 1:
+            fusable.add(op.slot)
+    pending: dict[int, tuple[str, int]] = {}  # slot -> (expression, nesting depth)
+    next_slot = {plans[i][0].slot: plans[i + 1][0].slot for i in range(len(plans) - 1)}
+
     seed_name = name(tape.output)
     if root_keys is not None:  # one zero array per element, added into in place
         for k, key in enumerate(root_keys):
@@ -257,9 +274,13 @@ def generate(tape: Tape, transform: str) -> Compiled:
                 f"r{k} = _zeros({np.shape(elem)!r}, dtype={gen.const(np.result_type(elem))})"
             )
     for op, exprs in plans:
-        if op.slot != tape.output:
-            read(op.slot)
-        g = name(op.slot)
+        fused = pending.pop(op.slot, None)
+        if fused is not None:
+            g, depth = fused
+        else:
+            if op.slot != tape.output:
+                read(op.slot)
+            g, depth = name(op.slot), 0
         if exprs and exprs[0][2] is None:
             general += 1
             maker = gen.const(primitive_vjps[op.fun])
@@ -280,8 +301,20 @@ def generate(tape: Tape, transform: str) -> Compiled:
                     _scatter(gen, body, op, name(p), g, p, started, owned)
                 else:
                     assert expr is not None
-                    accumulate(p, expr.replace(_G, g))
-        if op.slot != tape.output:
+                    text = expr.replace(_G, g)
+                    if (
+                        len(exprs) == 1
+                        and p != 0
+                        and contributions[p] == 1
+                        and p in fusable
+                        and p not in general_into
+                        and next_slot.get(op.slot) == p
+                        and depth < _MAX_DEPTH
+                    ):
+                        pending[p] = (f"({text})", depth + 1)
+                    else:
+                        accumulate(p, text)
+        if op.slot != tape.output and fused is None:
             release(op.slot)
     if root_keys is not None:
         elems = ", ".join(f"r{k}" for k in range(len(root_keys)))
@@ -318,10 +351,46 @@ def generate(tape: Tape, transform: str) -> Compiled:
         lines.extend("    " + b for b in body)
         result = f"({out}, g0)" if transform == "value_and_grad" else "g0"
         lines.append(f"    return {result}")
-    source = "def run(args, kwargs):\n" + "\n".join(lines) + "\n"
+    _inline_forward(lines, fwd_defs)
+    source = "def run(args, kwargs):\n" + "\n".join(x for x in lines if x) + "\n"
     code = compile(source, "<ipyrefresh tape>", "exec")
     exec(code, gen.ns)
     return Compiled(gen.ns["run"], gen.guards, source, general, specialized)
+
+
+_MAX_DEPTH = 12  # nesting of fused expressions (the parser allows 200 parentheses)
+_VAR = re.compile(r"\bv(\d+)\b")
+
+
+def _inline_forward(lines: list[str], defs: dict[int, tuple[int, str]]) -> None:
+    """Fill in forward definitions, substituting values used exactly once (by a later
+    forward definition, not by the backward pass or a guard) into their user."""
+    uses: dict[int, int] = {}
+    for i, text in enumerate(lines):
+        found = _VAR.findall(defs[i][1] if i in defs else text)
+        for k in found:
+            uses[int(k)] = uses.get(int(k), 0) + 1
+    in_defs: dict[int, int] = {}
+    for _slot, expr in defs.values():
+        for k in _VAR.findall(expr):
+            in_defs[int(k)] = in_defs.get(int(k), 0) + 1
+    inline: dict[int, tuple[str, int]] = {}
+
+    def sub(m: re.Match[str]) -> str:
+        k = int(m.group(1))
+        got = inline.pop(k, None)
+        return f"({got[0]})" if got is not None else m.group(0)
+
+    for i in sorted(defs):
+        slot, expr = defs[i]
+        depth = 1 + max(
+            (inline[int(k)][1] for k in _VAR.findall(expr) if int(k) in inline), default=0
+        )
+        expr = _VAR.sub(sub, expr)
+        if uses.get(slot, 0) == 1 and in_defs.get(slot, 0) == 1 and depth < _MAX_DEPTH:
+            inline[slot] = (expr, depth)
+        else:
+            lines[i] = f"    v{slot} = {expr}"
 
 
 def _element(root: Any, key: Any) -> Any:
