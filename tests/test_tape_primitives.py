@@ -227,6 +227,11 @@ def _inputs(shapes: list[tuple[int, ...]], seed: int) -> list[Any]:
 
 
 def _same_result(got: Any, want: Any) -> None:
+    if isinstance(want, dict):
+        assert type(got) is dict and list(got) == list(want)
+        for k in want:
+            _same_result(got[k], want[k])
+        return
     if isinstance(want, tuple | list):
         assert type(got) is type(want) and len(got) == len(want)
         for g, w in zip(got, want, strict=True):
@@ -340,3 +345,40 @@ def test_tuple_argnum_and_list_argument() -> None:
 
 def test_module_objects_are_plain() -> None:
     assert isinstance(np, types.ModuleType)
+
+
+def test_container_roots_and_keyword_arguments() -> None:
+    rng = onp.random.default_rng(3)
+
+    def f(p: dict[str, Any], x: Any, scale: float = 1.0) -> Any:
+        return np.sum(np.tanh(x * p["w"] + p["b"]) * p["c"]) * scale + p["w"][0] * p["w"][1]
+
+    p = {"w": rng.normal(size=3), "b": rng.normal(size=3), "c": 0.5}
+    x = rng.normal(size=3)
+    built = TapeCompiler().build(f, "grad", 0, (p, x), {"scale": 2.0})
+    assert built.fallback == ""
+    assert built.artifact.variants[0].general == 0
+    _same_result(built.result, autograd.grad(f)(p, x, scale=2.0))
+    q = {"w": p["w"] * 2, "b": p["b"] - 1, "c": 1.5}
+    _same_result(built.artifact(f, (q, x), {"scale": 0.5}), autograd.grad(f)(q, x, scale=0.5))
+    assert built.artifact.last_event == "replay"
+
+    def uses_whole_list(params: list[Any]) -> Any:
+        total = np.sum(np.concatenate(params) ** 2)
+        return total * np.sum(params[1])
+
+    params = [rng.normal(size=2), rng.normal(size=3)]
+    built = TapeCompiler().build(uses_whole_list, "grad", 0, (params,), {})
+    new = [params[0] + 1.0, params[1] * 0.5]
+    _same_result(built.artifact(uses_whole_list, (new,), {}), autograd.grad(uses_whole_list)(new))
+
+
+def test_output_independent_of_input_runs_autograd() -> None:
+    def f(x: Any, y: Any) -> Any:
+        return np.sum(y**2)
+
+    x, y = onp.ones(2), onp.ones(3)
+    with pytest.warns(UserWarning, match="independent"):
+        built = TapeCompiler().build(f, "grad", 0, (x, y), {})
+    assert "does not depend on the input" in built.fallback
+    _same_result(built.result, onp.zeros(2))
