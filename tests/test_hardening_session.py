@@ -138,6 +138,31 @@ def test_keyboard_interrupt_anywhere_in_a_rebuild(ip: Any) -> None:
     assert dh(0.5) == pytest.approx(fresh(ip, "h", 0.5))
 
 
+def test_keyboard_interrupt_anywhere_in_a_cells_hooks(ip: Any) -> None:
+    """Ctrl-C in the pre/post-cell hooks, the AST transformer or a sweep loses no change."""
+    ip.run(
+        "def g(x):\n    return np.sin(x)\n"
+        "def h(x):\n    return g(x) * 2.0\n"
+        "def k(x):\n    return g(x) * 3.0\n"
+        "dh, dk = grad(h), grad(k)\ndh(0.5), dk(0.5)"
+    )
+    engine = ipyrefresh.get_engine()
+    n, interrupted = 0, 0
+    while True:
+        n += 1
+        cell = f"def g(x):\n    return np.sin(x) * {n % 7 + 1}.0"
+        fired = InterruptAt(n).run(lambda cell=cell: ip.shell.run_cell(cell))
+        # The next cell calls the derivatives: they answer for the g now defined.
+        ip.run("a, b = dh(0.5), dk(0.5)")
+        assert ip.ns["a"] == pytest.approx(fresh(ip, "h", 0.5)), n
+        assert ip.ns["b"] == pytest.approx(fresh(ip, "k", 0.5)), n
+        assert_consistent(engine)
+        if not fired:
+            break
+        interrupted += 1
+    assert interrupted > 20
+
+
 def test_keyboard_interrupt_from_the_user_code_during_a_rebuild(ip: Any) -> None:
     ip.run(
         "stop = [False]\n"

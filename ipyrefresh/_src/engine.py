@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from types import CodeType, FunctionType
 from typing import Any
 
@@ -207,9 +207,10 @@ class Engine:
                     entry.target, entry.transform, entry.argnum, entry.signature, entry.pinned
                 )
             if not self.attached and not entry.stale:
-                changes = self.table.check(entry.dep_keys)
-                if changes:
-                    self._invalidate(changes)
+                with self._all_or_nothing():
+                    changes = self.table.check(entry.dep_keys)
+                    if changes:
+                        self._invalidate(changes)
             if entry.stale or entry.artifact is None:
                 return entry, self._build(entry, args, kwargs)
             entry.world = self.world.now if self.attached else NEVER
@@ -269,7 +270,10 @@ class Engine:
                 continue
             caller_label = None if caller is None else labels.get(caller, caller.co_qualname)
             labels[code] = analyzer.called(code, globs, caller_label, root)
-        changes = self.table.subscribe(entry, graph.deps.values())
+        with self._all_or_nothing():
+            changes = self.table.subscribe(entry, graph.deps.values())
+            if changes:  # something changed mid-cell, or the build itself mutated it
+                self._invalidate(changes)
         entry.graph = _Summary(graph, log.note)
         entry.artifact = built.artifact
         entry.fn = _ref_to(fn) if target.follows else target.ref
@@ -291,8 +295,6 @@ class Engine:
             entry.last_event = "built (first call)"
         if built.detail:
             entry.last_event += f"; {built.detail}"
-        if changes:  # something changed mid-cell, or the build itself mutated it
-            self._invalidate(changes)
         self._notify()
         return built.result
 
@@ -301,8 +303,9 @@ class Engine:
         """Probe every watched dependency once; invalidate along backedges."""
         with self.lock:
             self.stats["sweeps"] += 1
-            changes = self.table.check()
-            recorded = self._invalidate(changes, cell) if changes else []
+            with self._all_or_nothing():
+                changes = self.table.check()
+                recorded = self._invalidate(changes, cell) if changes else []
             if self.config.mode == "eager":
                 self.refresh(quiet=True)
         if recorded:
@@ -316,11 +319,29 @@ class Engine:
             return
         with self.lock:
             keys = None if names is None else self.table.keys_for_names(ns, names)
-            changes = self.table.check(keys)
-            if changes:
-                self._invalidate(changes)
+            with self._all_or_nothing():
+                changes = self.table.check(keys)
+                if changes:
+                    self._invalidate(changes)
         if changes:
             self._notify()
+
+    @contextlib.contextmanager
+    def _all_or_nothing(self) -> Iterator[None]:
+        """Absorbing new probe states and invalidating their dependents go together.
+
+        ``table.check``/``subscribe`` record a dependency's new state before its dependents
+        are marked stale; interrupted in between (Ctrl-C), that change would be missed for
+        good. Then every entry is invalidated instead: correct, at the cost of rebuilds.
+        """
+        try:
+            yield
+        except BaseException:
+            self.world.advance()
+            for entry in self.cache:
+                self.table.unsubscribe(entry)
+                entry.mark_stale("interrupted while checking for changes")
+            raise
 
     def _invalidate(self, changes: list[Changed], cell: int | None = None) -> list[Change]:
         if cell is None:

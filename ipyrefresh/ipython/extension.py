@@ -28,6 +28,7 @@ class Extension:
         self.magics = IPyRefreshMagics(shell, engine)
         self.transformer = SyncInserter(self._sync_enabled, self._watched)
         self._warned = False
+        self._sweep_pending = False  # a cell ran whose post-cell sweep has not finished
         self.extras: list[Any] = []  # things with a .close() (e.g. the front-end comm)
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -77,10 +78,13 @@ class Extension:
             shell = self.shell
             if self.engine.user_ns is not shell.user_ns:
                 self.engine.attach(shell.user_ns)
+            if self._sweep_pending:  # the last cell's sweep was interrupted (Ctrl-C): redo it
+                self.engine.after_cell(self.engine.cell)
             count = shell.execution_count
             self.engine.cell = count - 1 if getattr(info, "store_history", False) else count
         except Exception as exc:
             self._warn(exc)
+        self._sweep_pending = True
 
     def post_run_cell(self, result: Any) -> None:
         try:
@@ -89,6 +93,7 @@ class Extension:
             self.engine.after_cell(getattr(result, "execution_count", None))
         except Exception as exc:  # the user's cell already ran; never turn it into an error
             self._warn(exc)
+        self._sweep_pending = False
 
     def _warn(self, exc: BaseException) -> None:
         if not self._warned:
