@@ -241,3 +241,27 @@ def test_generators_and_async_functions_are_refused(ip: Any, source: str, kind: 
     assert isinstance(err, TypeError) and kind in str(err)
     ip.run("def f(x):\n    return x * x * x\nr = df(1.0)")
     assert ip.ns["r"] == 3.0
+
+
+def test_attributes_of_objects_read_by_a_derivative(ip: Any) -> None:
+    """``model.scale = 5.0`` must be seen even by a compiled replay that baked 3.0 in."""
+    ip.run(
+        "import types\n"
+        "class Model:\n"
+        "    def __init__(self, s):\n        self.scale = s\n        self.w = np.ones(2)\n"
+        "    def forward(self, x):\n        return np.sum(x * x * self.w) * self.scale\n"
+        "model = Model(3.0)\ncfg = types.SimpleNamespace(shift=1.0)\n"
+        "def loss(x):\n    return model.forward(x) + cfg.shift * np.sum(x)\n"
+        "dl = grad(loss)\nx = np.array([1.0, 2.0])\nr = dl(x)"
+    )
+    x = ip.ns["x"]
+    for cell in (
+        "model.scale = 5.0",
+        "model.w[1] = 4.0",
+        "cfg.shift = -2.0",
+        "model.w = np.array([0.5, 0.5])",
+        "model.forward = lambda x: np.sum(np.sin(x))",  # an instance attribute shadows
+    ):
+        ip.run(cell)
+        ip.run("r = dl(x)")
+        assert ip.ns["r"] == pytest.approx(fresh(ip, "loss", x)), cell

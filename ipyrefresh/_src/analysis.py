@@ -102,7 +102,10 @@ def is_user_code(code: CodeType) -> bool:
     if filename.startswith("<"):
         # Not cached: IPython names every cell's code differently, so a cache of these
         # would grow by one entry per cell for the whole session.
-        return not (filename.startswith("<frozen") or filename == "<__array_function__ internals>")
+        return not (
+            filename.startswith(("<frozen", "<ipyrefresh"))  # ours: e.g. compiled tapes
+            or filename == "<__array_function__ internals>"
+        )
     known = _is_user_file.get(filename)
     if known is None:
         real = os.path.normcase(os.path.realpath(filename))
@@ -247,13 +250,38 @@ class Analyzer:
             self._elements(value, label, src, kind)
         elif issubclass(t, type) and id(value) not in self._seen:
             self._class(value, label, src, kind)
-        elif (
-            t.__module__ not in ("builtins", "numpy")
-            and not issubclass(t, (ModuleType, np.generic))
-            and id(t) not in self._seen
+        elif t.__module__ not in ("builtins", "numpy") and not issubclass(
+            t, (ModuleType, np.generic)
         ):
-            # A callable instance of a user class: its methods run on call.
-            self._class(t, f"{label}.__class__", src, kind)
+            # An instance of a user class: its methods run on call, and its attributes
+            # (``model.scale``) are read; a compiled tape bakes them in.
+            if id(t) not in self._seen:
+                self._class(t, f"{label}.__class__", src, kind)
+            self._instance(value, label, src, kind)
+
+    def _instance(self, obj: Any, label: str, src: str, kind: str) -> None:
+        """Watch an object's own attributes: rebinding one, or changing an array, list or
+        dict it holds in place. One level deep; read without calling any of its methods."""
+        if id(obj) in self._seen:
+            return
+        self._seen.add(id(obj))
+        self._keep.append(obj)
+        try:
+            attrs = object.__getattribute__(obj, "__dict__")
+        except Exception:  # no instance dict (slots, C types) or a hostile __dict__
+            return
+        if type(attrs) is not dict:
+            return
+        self.graph.add(ContentDep(attrs, f"{label}.__dict__", self.max_digest_bytes))
+        items = list(attrs.items())
+        if len(items) > _MAX_CONTAINER_FOLLOW:
+            return
+        for name, attr in items:
+            ta = type(attr)
+            if type(name) is str and (
+                ta in (FunctionType, MethodType, functools.partial) or ContentDep.applies_to(attr)
+            ):
+                self.value(attr, f"{label}.{name}", src, kind)
 
     def _elements(self, value: Any, label: str, src: str, kind: str) -> None:
         try:
