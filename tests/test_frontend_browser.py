@@ -216,7 +216,8 @@ def _item_text(page: Any, pattern: str, timeout: float = 60_000) -> str:
         if re.fullmatch(pattern, text):
             return text
         time.sleep(0.2)
-    raise AssertionError(f"status item says {text!r}, expected {pattern!r}")
+    shot = _shot(page, "failure")
+    raise AssertionError(f"status item says {text!r}, expected {pattern!r} (see {shot})")
 
 
 def _open(page: Any, lab: dict[str, Any], name: str) -> None:
@@ -305,6 +306,14 @@ def test_off_then_load_ext_then_restart(page: Any, lab: dict[str, Any]) -> None:
     _restart_kernel(page)
     _item_text(page, r"∂ off", timeout=120_000)
 
+    # Change the notebook's kernel to "Python 3 (ipyrefresh)": the item follows the new one.
+    page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Toolbar-kernelName").click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(timeout=10_000)
+    dialog.locator("select").select_option(label="Python 3 (ipyrefresh)")
+    dialog.locator("button.jp-mod-accept").click()
+    _item_text(page, r"∂ 0 fresh · 0 stale", timeout=120_000)
+
 
 def test_several_notebooks_and_a_kernel_that_dies(page: Any, lab: dict[str, Any]) -> None:
     _open(page, lab, "crash.ipynb")
@@ -316,19 +325,24 @@ def test_several_notebooks_and_a_kernel_that_dies(page: Any, lab: dict[str, Any]
     # Another notebook, another kernel (plain, no ipyrefresh): the item follows the tab.
     page.locator(".jp-DirListing-item[title^='Name: plain.ipynb']").dblclick()
     page.locator(".lm-TabBar-tab.lm-mod-current:has-text('plain.ipynb')").wait_for()
-    _item_text(page, r"∂ off|∂ 0 fresh · 0 stale", timeout=120_000)
+    page.wait_for_function(
+        "['off', 'on'].includes(document.querySelector('.ipyrefresh-StatusItem').dataset.phase)",
+        timeout=120_000,
+    )
+    _item_text(page, r"∂ off|∂ 0 fresh · 0 stale")
     page.locator(".lm-TabBar-tab:has-text('crash.ipynb')").click()
-    _item_text(page, r"∂ 0 fresh · 1 stale", timeout=10_000)
+    _item_text(page, r"∂ 0 fresh · 1 stale")
 
     # The kernel dies; the server restarts it; the new process autoloads ipyrefresh afresh.
     cell = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").nth(2)
     cell.locator(".jp-InputArea-prompt").click()
     page.keyboard.press("Shift+Enter")
     dialog = page.locator(".jp-Dialog")
-    dialog.wait_for(timeout=60_000)
+    dialog.wait_for(timeout=60_000)  # "The kernel ... appears to have died"
     _shot(page, "died")
     dialog.locator("button").last.click()
     _item_text(page, r"∂ 0 fresh · 0 stale", timeout=120_000)
+    assert page.locator(ITEM).get_attribute("data-phase") == "on"
 
 
 def _restart_kernel(page: Any) -> None:
