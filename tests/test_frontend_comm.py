@@ -245,3 +245,33 @@ def test_status_message_is_small_and_puts_stale_first() -> None:
     assert len(msg["entries"][1]["reasons"]) == 3 and len(msg["entries"][1]["reasons"][0]) <= 200
     assert len(msg["changes"]) == 5
     assert len(json.dumps(msg)) < 20_000
+
+
+def test_terminal_ipython_loads_and_unloads_without_a_trace(bare_shell: Any) -> None:
+    """Without a kernel there is no front end: the comm target is there, nothing is sent,
+    and unloading removes the target, the engine listener and the cell callback."""
+    import comm
+
+    from ipyrefresh._src.handles import get_engine
+
+    shell = bare_shell.shell
+    manager = comm.get_comm_manager()
+    callbacks = list(shell.events.callbacks["post_run_cell"])
+    listeners = list(get_engine().listeners)
+
+    bare_shell.run("%load_ext ipyrefresh")
+    from ipyrefresh.ipython.extension import current_extension
+
+    ext = current_extension()
+    assert ext is not None
+    [channel] = [x for x in ext.extras if type(x).__name__ == "StatusChannel"]
+    assert TARGET in manager.targets
+    assert channel.comms == []  # no kernel: no announcement
+    bare_shell.run(SETUP)
+    assert channel.dirty  # the build marked it; with nobody listening nothing was sent
+    assert channel.sent == 0
+
+    bare_shell.run("%unload_ext ipyrefresh")
+    assert TARGET not in manager.targets
+    assert list(get_engine().listeners) == listeners
+    assert list(shell.events.callbacks["post_run_cell"]) == callbacks
