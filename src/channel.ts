@@ -25,6 +25,7 @@ export class KernelChannel {
   constructor(readonly kernel: Kernel.IKernelConnection) {
     kernel.registerCommTarget(TARGET, this._adopt);
     kernel.statusChanged.connect(this._onKernelStatus, this);
+    kernel.connectionStatusChanged.connect(this._onConnection, this);
     kernel.disposed.connect(() => this.dispose());
     this._onKernelStatus(kernel, kernel.status);
   }
@@ -62,6 +63,7 @@ export class KernelChannel {
     const kernel = this.kernel;
     if (!kernel.isDisposed) {
       kernel.statusChanged.disconnect(this._onKernelStatus, this);
+      kernel.connectionStatusChanged.disconnect(this._onConnection, this);
       kernel.removeCommTarget(TARGET, this._adopt);
       if (this._comm && !this._comm.isDisposed) {
         try {
@@ -87,17 +89,32 @@ export class KernelChannel {
     if (this._disposed) {
       return;
     }
-    if (
-      status === 'restarting' ||
-      status === 'autorestarting' ||
-      status === 'starting' ||
-      status === 'dead'
-    ) {
+    if (status === 'restarting' || status === 'autorestarting' || status === 'dead') {
       this._probed = false; // comms die with the kernel process
       this._comm = null;
     }
     this._emit({ type: 'kernel', status });
     if (shouldProbe(this._state, status, this._probed)) {
+      this._probe();
+    }
+  }
+
+  /**
+   * (Re)connected. After a restart this is when the new kernel can be reached, and the
+   * kernel's own "idle" may have gone by before the socket was back (JupyterLab then
+   * shows "Starting" until the next message): so probe now rather than wait for it.
+   * Back from a dropped connection, updates sent meanwhile were lost: ask again.
+   */
+  private _onConnection(
+    _: Kernel.IKernelConnection,
+    status: Kernel.ConnectionStatus
+  ): void {
+    if (status !== 'connected' || this._disposed) {
+      return;
+    }
+    if (this._comm && !this._comm.isDisposed) {
+      this._send(requestMessage());
+    } else if (!this._probed && this.kernel.status !== 'dead') {
       this._probe();
     }
   }
