@@ -200,6 +200,27 @@ def test_data_globals_are_read_live() -> None:
     assert _check(art, uses_global, x) == "replay"
 
 
+V = onp.arange(4.0)
+
+
+def uses_v(x: Any) -> Any:
+    return np.sum(np.sin(x * V))
+
+
+def test_a_global_arrays_shape_change_in_place_retraces() -> None:
+    x = onp.array([0.1, 0.2, 0.3, 0.4])
+    art = _build(uses_v, x)
+    V.shape = (1, 4)  # same memory, new shape: the tape's broadcasting no longer applies
+    try:
+        assert _check(art, uses_v, x) == (
+            "retrace: guard failed: shape/dtype of a global array read by the tape"
+        )
+        assert _check(art, uses_v, x + 1) == "replay"
+    finally:
+        V.shape = (4,)
+    assert _check(art, uses_v, x) == "replay"
+
+
 def test_global_rebinding_through_a_handle(engine: Engine) -> None:
     global W
     old = W

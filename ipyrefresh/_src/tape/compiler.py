@@ -72,7 +72,7 @@ def compile_variant(
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # the replay below warns like autograd
-                tape, _ = record(target, args, kwargs, argnum, box_leaves)
+                tape, _ = record(target, args, kwargs, argnum, box_leaves, fn)
             break
         except Unsupported:
             raise

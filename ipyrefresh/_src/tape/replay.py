@@ -73,6 +73,7 @@ class _Gen:
         self._consts: dict[int, str] = {}
         self.guards: list[str] = []
         self.lines: list[str] = []
+        self.array_guards: list[str] = []  # shape/dtype checks of live global arrays
 
     # -- names ------------------------------------------------------------------------
     def const(self, value: Any) -> str:
@@ -85,6 +86,11 @@ class _Gen:
         if name is None:
             name = self._consts[id(value)] = f"K{len(self._consts)}"
             self.ns[name] = value  # referenced, never copied: globals stay live
+            if t is np.ndarray and id(value) in self.tape.globals_read:
+                dt = self.const(value.dtype)
+                self.array_guards.append(
+                    f"{name}.shape != {value.shape!r} or {name}.dtype != {dt}"
+                )
         return name
 
     def arg(self, op: Any, pos: int) -> str:
@@ -352,6 +358,12 @@ def generate(tape: Tape, transform: str) -> Compiled:
         result = f"({out}, g0)" if transform == "value_and_grad" else "g0"
         lines.append(f"    return {result}")
     _inline_forward(lines, fwd_defs)
+    if gen.array_guards:  # checked first: a global array changed shape or dtype in place
+        checks = []
+        for cond in gen.array_guards:
+            checks.append(f"    if {cond}: return {len(gen.guards)}")
+            gen.guards.append("shape/dtype of a global array read by the tape")
+        lines[:0] = checks
     source = "def run(args, kwargs):\n" + "\n".join(x for x in lines if x) + "\n"
     code = compile(source, "<ipyrefresh tape>", "exec")
     exec(code, gen.ns)

@@ -95,6 +95,7 @@ class Tape:
     output: int = -1
     unsupported: str = ""
     trace_id: int = -1
+    globals_read: set[int] = field(default_factory=set)  # ids of the function's data arrays
 
 
 class TapeNode(Node):
@@ -282,6 +283,26 @@ def plan_leaves(
     return out, root
 
 
+def _data_arrays(fn: Any) -> set[int]:
+    """ids of the arrays bound in ``fn``'s globals and closure (read live on replay)."""
+    found: set[int] = set()
+    code = getattr(fn, "__code__", None)
+    globs = getattr(fn, "__globals__", None)
+    if code is not None and type(globs) is dict:
+        for name in code.co_names:
+            v = globs.get(name)
+            if type(v) is np.ndarray:
+                found.add(id(v))
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            v = cell.cell_contents
+        except ValueError:
+            continue
+        if type(v) is np.ndarray:
+            found.add(id(v))
+    return found
+
+
 def _set_path(args: list[Any], kwargs: dict[str, Any], path: str, value: Any) -> None:
     """Replace the leaf at ``path`` (as made by plan_leaves) in mutable copies."""
     ns = {"args": args, "kwargs": kwargs}
@@ -317,15 +338,18 @@ def record(
     kwargs: dict[str, Any],
     argnum: int | tuple[int, ...],
     box_leaves: bool = True,
+    owner: Any = None,
 ) -> tuple[Tape, Any]:
-    """Run ``fn`` once under the tracer; return the tape and the (raw) output value."""
+    """Run ``fn`` once under the tracer; return the tape and the (raw) output value.
+    ``owner`` is the user's function whose global and closure arrays the tape reads live."""
     plan, root_path = plan_leaves(args, kwargs, argnum, box_leaves)
     tape = Tape(root_path)
+    tape.globals_read = _data_arrays(owner if owner is not None else fn)
     x = args[argnum] if isinstance(argnum, int) else tuple(args[i] for i in argnum)
     if not (_is_float_leaf(x) or type(x) in (tuple, list, dict)):
         raise Unsupported(f"cannot differentiate with respect to a {type(x).__name__}")
-    _ACTIVE.append(tape)
     try:
+        _ACTIVE.append(tape)
         with trace_stack.new_trace() as t:
             tape.trace_id = t
             root = TapeNode.new_root(tape, x)
@@ -348,7 +372,8 @@ def record(
                     fargs[i] = xi
             out = fn(*fargs, **fkw)
     finally:
-        _ACTIVE.remove(tape)
+        if tape in _ACTIVE:
+            _ACTIVE.remove(tape)
     if isinstance(out, Box) and out._trace == tape.trace_id and type(out._node) is TapeNode:
         tape.output = out._node.slot
         return tape, out._value
