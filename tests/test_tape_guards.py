@@ -325,3 +325,11 @@ def test_grad_v_reports_replay_retrace_and_fallback(ip: Shell) -> None:
     assert "; autograd fallback: it draws random numbers" in grad_v("r(1.0)")
     status = ipyrefresh.status()
     assert any("random" in e["fallback"] for e in status["entries"])
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        out("stale", "")
+    assert "note: grad(r) runs on plain autograd: it draws random numbers" in buf.getvalue()
+    # redefining h rebuilds its tape; the answer follows the new code
+    ip.run("def h(x):\n    return np.cos(x) * 3.0")
+    assert "rebuilt" in grad_v("h(1.0)")
+    assert ip.shell.run_line_magic("grad", "h(0.5)") == pytest.approx(-3.0 * onp.sin(0.5))
