@@ -129,6 +129,8 @@ def test_keyboard_interrupt_anywhere_in_a_rebuild(ip: Any) -> None:
         assert dh(0.5) == pytest.approx(fresh(ip, "h", 0.5))
         assert d2h(0.5) == pytest.approx(fresh(ip, "h", 0.5, transform="hessian"))
         assert_consistent(engine)
+        ip.run("pass")  # between cells no call recorder may be left switched on
+        assert sys.getprofile() is None, n
         if not fired:
             break
         interrupted += 1

@@ -30,7 +30,7 @@ from .cache import DerivativeCache, Entry
 from .compilers import AutogradCompiler, Built, Compiler, make_compiler
 from .config import IPyRefresh
 from .deps import BindingDep, ContentDep
-from .recorder import record_calls
+from .recorder import record_calls, reset_if_idle
 from .table import Changed, DepTable
 from .targets import Target
 from .world import NEVER, Change, World
@@ -302,6 +302,7 @@ class Engine:
     def after_cell(self, cell: int | None) -> list[Change]:
         """Probe every watched dependency once; invalidate along backedges."""
         with self.lock:
+            reset_if_idle()  # no build runs between cells
             self.stats["sweeps"] += 1
             with self._all_or_nothing():
                 changes = self.table.check()

@@ -60,6 +60,25 @@ def _profile(frame: FrameType, event: str, arg: Any) -> None:
             log.add(frame, boundary)
 
 
+def reset_if_idle() -> None:
+    """Remove a recording left behind in this thread by an interrupted build.
+
+    Called between cells, when no build runs in this thread: a KeyboardInterrupt that
+    lands in ``record_calls``'s cleanup would otherwise leave the profile hook on for
+    the rest of the session (every Python call 10x slower, and logged).
+    """
+    if getattr(_local, "stack", None):
+        _local.stack = []
+    if sys.getprofile() is _profile:
+        sys.setprofile(None)
+    if sys.version_info >= (3, 12):  # pragma: no cover - exercised on 3.12+
+        mon = sys.monitoring  # type: ignore[attr-defined]
+        if mon.get_tool(mon.PROFILER_ID) == "ipyrefresh":
+            mon.set_events(mon.PROFILER_ID, 0)
+            mon.register_callback(mon.PROFILER_ID, mon.events.PY_START, None)
+            mon.free_tool_id(mon.PROFILER_ID)
+
+
 @contextmanager
 def record_calls(enabled: bool = True) -> Iterator[CallLog]:
     """Record the user functions entered in this thread inside the ``with`` block.
