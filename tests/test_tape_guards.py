@@ -200,6 +200,20 @@ def test_data_globals_are_read_live() -> None:
     assert _check(art, uses_global, x) == "replay"
 
 
+def test_array_defaults_are_read_live() -> None:
+    D = onp.array([2.0, 3.0])
+
+    def h(x: Any, scale: Any = D, *, shift: Any = D) -> Any:
+        return np.sum(np.sin(x) * scale[0] + shift[1] * x)
+
+    x = onp.array([0.3, 0.4])
+    art = _build(h, x)
+    D[0], D[1] = 5.0, -1.0  # the defaults' contents change in place
+    assert _check(art, h, x) == "replay"
+    h.__defaults__ = (onp.array([1.0, 1.0]),)  # a new default object
+    assert _check(art, h, x) == "replay"
+
+
 V = onp.arange(4.0)
 
 

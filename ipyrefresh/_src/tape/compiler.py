@@ -109,7 +109,7 @@ class TapeArtifact:
         variants = self.variants
         failed = ""
         for i, v in enumerate(variants):
-            r = v.run(args, kwargs)
+            r = v.run(fn, args, kwargs)
             if type(r) is not int:
                 if i:
                     variants.insert(0, variants.pop(i))
@@ -140,7 +140,7 @@ class TapeArtifact:
         except Unsupported as exc:
             self.last_event = f"autograd fallback: {exc}"
             return self.reference(fn, args, kwargs)
-        r = variant.run(args, kwargs)
+        r = variant.run(fn, args, kwargs)
         if type(r) is int:  # the trace's own inputs fail its guards: not deterministic
             self.last_event = (
                 f"autograd fallback: guard fails on the traced inputs: {variant.guards[r]}"
@@ -184,7 +184,7 @@ class TapeCompiler:
             artifact.fallback = str(exc)
             artifact.last_event = f"autograd fallback: {exc}"
             return Built(artifact, artifact.reference(fn, args, kwargs), fallback=str(exc))
-        r = variant.run(args, kwargs)
+        r = variant.run(fn, args, kwargs)
         if type(r) is int:
             why = f"not deterministic: guard fails on the traced inputs: {variant.guards[r]}"
             artifact.fallback = why

@@ -1,7 +1,7 @@
 """Turn a recorded tape into straight-line Python: forward with raw numpy, guards checked
 as they come, backward with direct adjoints where known and autograd's VJP makers else.
 
-The generated function takes ``(args, kwargs)`` and returns the transform's result, or
+The generated function takes ``(fn, args, kwargs)`` and returns the transform's result, or
 an ``int``: the index of the first guard that failed (the tape does not apply).
 """
 
@@ -21,7 +21,7 @@ from . import adjoints
 from .trace import BoolGuard, Op, Tape, Unsupported
 
 _getitem = ArrayBox.__getitem__
-Runner = Callable[[tuple[Any, ...], dict[str, Any]], Any]
+Runner = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
 
 
 def same(a: Any, b: Any) -> bool:
@@ -88,9 +88,7 @@ class _Gen:
             self.ns[name] = value  # referenced, never copied: globals stay live
             if t is np.ndarray and id(value) in self.tape.globals_read:
                 dt = self.const(value.dtype)
-                self.array_guards.append(
-                    f"{name}.shape != {value.shape!r} or {name}.dtype != {dt}"
-                )
+                self.array_guards.append(f"{name}.shape != {value.shape!r} or {name}.dtype != {dt}")
         return name
 
     def arg(self, op: Any, pos: int) -> str:
@@ -364,7 +362,7 @@ def generate(tape: Tape, transform: str) -> Compiled:
             checks.append(f"    if {cond}: return {len(gen.guards)}")
             gen.guards.append("shape/dtype of a global array read by the tape")
         lines[:0] = checks
-    source = "def run(args, kwargs):\n" + "\n".join(x for x in lines if x) + "\n"
+    source = "def run(fn, args, kwargs):\n" + "\n".join(x for x in lines if x) + "\n"
     code = compile(source, "<ipyrefresh tape>", "exec")
     exec(code, gen.ns)
     return Compiled(gen.ns["run"], gen.guards, source, general, specialized)

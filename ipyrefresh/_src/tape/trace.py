@@ -239,48 +239,89 @@ def _is_float_leaf(v: Any) -> bool:
     return isinstance(v, np.floating | np.complexfloating)
 
 
-def plan_leaves(
-    args: tuple[Any, ...], kwargs: dict[str, Any], argnum: int | tuple[int, ...], box: bool
-) -> tuple[list[tuple[str, Any, str]], str]:
-    """(path, value, how) for each non-differentiated leaf; how is "box", "value" (guard
-    equality), "identity" (guard ``is``) or "static" (fixed by the cache key)."""
-    nums = {argnum} if isinstance(argnum, int) else set(argnum)
-    out: list[tuple[str, Any, str]] = []
+Plan = list[tuple[str, str, Any, str]]
 
-    def walk(v: Any, path: str, depth: int) -> None:
+
+def plan_leaves(
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    argnum: int | tuple[int, ...],
+    box: bool,
+    defaults: dict[str, tuple[str, Any]] | None = None,
+) -> tuple[Plan, str]:
+    """(trace path, replay path, value, how) for each non-differentiated leaf; how is
+    "box", "value" (guard equality), "identity" (guard ``is``) or "static" (fixed by the
+    cache key). ``defaults``: parameter -> (replay path, value) of defaults passed too."""
+    nums = {argnum} if isinstance(argnum, int) else set(argnum)
+    out: Plan = []
+
+    def walk(v: Any, path: str, rpath: str, depth: int) -> None:
         t = type(v)
         if t in _PLAIN:
-            out.append((path, v, "static"))
+            out.append((path, rpath, v, "static"))
         elif _is_float_leaf(v):
-            out.append((path, v, "box" if box else "value"))
+            out.append((path, rpath, v, "box" if box else "value"))
         elif t is np.ndarray or isinstance(v, np.generic):
             if v.dtype.hasobject:
                 raise Unsupported(f"argument {path} is an object array")
-            out.append((path, v, "value"))
+            out.append((path, rpath, v, "value"))
         elif (t is tuple or t is list) and depth < 4:
             for i, e in enumerate(v):
-                walk(e, f"{path}[{i}]", depth + 1)
+                walk(e, f"{path}[{i}]", f"{rpath}[{i}]", depth + 1)
         elif t is dict and depth < 4:
             for k, e in v.items():
-                walk(e, f"{path}[{k!r}]", depth + 1)
+                walk(e, f"{path}[{k!r}]", f"{rpath}[{k!r}]", depth + 1)
         elif isinstance(v, Box):
             raise Unsupported("called inside another autograd trace (arguments are boxes)")
         elif isinstance(v, _IDENTITY_TYPES):
-            out.append((path, v, "identity"))
+            out.append((path, rpath, v, "identity"))
         else:
             raise Unsupported(f"argument {path} of type {t.__name__} cannot be replayed")
 
     for i, a in enumerate(args):
         if i not in nums:
-            walk(a, f"args[{i}]", 0)
+            walk(a, f"args[{i}]", f"args[{i}]", 0)
     for k, a in kwargs.items():
-        walk(a, f"kwargs[{k!r}]", 0)
+        walk(a, f"kwargs[{k!r}]", f"kwargs[{k!r}]", 0)
+    for k, (rpath, a) in (defaults or {}).items():
+        walk(a, f"kwargs[{k!r}]", rpath, 0)
     root = (
         f"args[{argnum}]"
         if isinstance(argnum, int)
         else "(" + "".join(f"args[{i}], " for i in argnum) + ")"
     )
     return out, root
+
+
+def _holds_float(v: Any, depth: int = 0) -> bool:
+    t = type(v)
+    if (t is tuple or t is list) and depth < 4:
+        return any(_holds_float(e, depth + 1) for e in v)
+    if t is dict and depth < 4:
+        return any(_holds_float(e, depth + 1) for e in v.values())
+    return _is_float_leaf(v)
+
+
+def live_defaults(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Parameters left to their defaults whose default holds float data: the trace
+    passes them explicitly (boxed), and a replay reads the default as it is then, so
+    ``def h(x, scale=W)`` sees ``W[0] = 5.0``. Maps name -> (replay path, value)."""
+    code = getattr(fn, "__code__", None)
+    if code is None or not callable(fn):
+        return {}
+    out: dict[str, Any] = {}
+    npos = code.co_argcount
+    defs = getattr(fn, "__defaults__", None) or ()
+    first = npos - len(defs)
+    for i in range(max(len(args), first, code.co_posonlyargcount), npos):
+        name = code.co_varnames[i]
+        if name not in kwargs and _holds_float(defs[i - first]):
+            out[name] = (f"fn.__defaults__[{i - first}]", defs[i - first])
+    kwdefs = getattr(fn, "__kwdefaults__", None) or {}
+    for name in code.co_varnames[npos : npos + code.co_kwonlyargcount]:
+        if name not in kwargs and name in kwdefs and _holds_float(kwdefs[name]):
+            out[name] = (f"fn.__kwdefaults__[{name!r}]", kwdefs[name])
+    return out
 
 
 def _data_arrays(fn: Any) -> set[int]:
@@ -342,9 +383,12 @@ def record(
 ) -> tuple[Tape, Any]:
     """Run ``fn`` once under the tracer; return the tape and the (raw) output value.
     ``owner`` is the user's function whose global and closure arrays the tape reads live."""
-    plan, root_path = plan_leaves(args, kwargs, argnum, box_leaves)
+    owner = owner if owner is not None else fn
+    defaults = live_defaults(owner, args, kwargs) if box_leaves else {}
+    plan, root_path = plan_leaves(args, kwargs, argnum, box_leaves, defaults)
     tape = Tape(root_path)
-    tape.globals_read = _data_arrays(owner if owner is not None else fn)
+    tape.globals_read = _data_arrays(owner)
+    allkw = {**kwargs, **{k: v for k, (_, v) in defaults.items()}}
     x = args[argnum] if isinstance(argnum, int) else tuple(args[i] for i in argnum)
     if not (_is_float_leaf(x) or type(x) in (tuple, list, dict)):
         raise Unsupported(f"cannot differentiate with respect to a {type(x).__name__}")
@@ -355,16 +399,16 @@ def record(
             root = TapeNode.new_root(tape, x)
             xbox = new_box(x, t, root)
             targs = [_thaw(a) for a in args]
-            tkw = {k: _thaw(v) for k, v in kwargs.items()}
-            for path, value, how in plan:
+            tkw = {k: _thaw(v) for k, v in allkw.items()}
+            for path, rpath, value, how in plan:
                 slot = -1
                 if how == "box":
                     node = TapeNode.new_root(tape, value)
                     slot = node.slot
                     _set_path(targs, tkw, path, new_box(value, t, node))
-                tape.leaves.append(Leaf(slot, path, value, how))
+                tape.leaves.append(Leaf(slot, rpath, value, how))
             fargs = [_refreeze(o, v) for o, v in zip(args, targs, strict=True)]
-            fkw = {k: _refreeze(kwargs[k], v) for k, v in tkw.items()}
+            fkw = {k: _refreeze(allkw[k], v) for k, v in tkw.items()}
             if isinstance(argnum, int):
                 fargs[argnum] = xbox
             else:
