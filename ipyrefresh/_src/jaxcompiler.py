@@ -21,9 +21,11 @@ This module imports jax; it is imported only when a "jax" compiler is first made
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import sys
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import BuiltinFunctionType, FunctionType
 from typing import Any
 
@@ -33,6 +35,8 @@ import numpy as np
 
 from .analysis import is_user_code
 from .compilers import Artifact, Built
+
+_RECORDER = __name__.rpartition(".")[0] + ".recorder"
 
 #: JAX caches that hold compiled executables, lowerings or device facts. They are keyed
 #: on traced programs, not on Python functions, so they never answer for old code.
@@ -98,6 +102,25 @@ def _clear_staging_caches() -> None:
                     evict(r)
         except Exception:  # pragma: no cover - a cache of another shape: start it afresh
             cache.cache_clear()
+
+
+@contextlib.contextmanager
+def _unrecorded() -> Iterator[None]:
+    """Pause the engine's call recorder (``sys.setprofile``) in this thread, if it is on.
+
+    Lowering a traced program to XLA and compiling it run a lot of JAX's Python code and
+    none of the user's; a profile hook on every call there only costs time. Another
+    profiler (cProfile, a debugger) is never touched.
+    """
+    hook = sys.getprofile()
+    if hook is None or getattr(hook, "__module__", None) != _RECORDER:
+        yield
+        return
+    sys.setprofile(None)
+    try:
+        yield
+    finally:
+        sys.setprofile(hook)
 
 
 def _referent(key: Any) -> Any:
@@ -233,7 +256,11 @@ class JaxCompiler:
                 return jitted(*[args[i] for i in dyn], **{k: kwargs[k] for k in kw_dyn})
 
         try:
-            result = artifact(fn, args, kwargs)
+            trace = getattr(jitted, "trace", None)
+            if trace is not None:  # the Python code runs here, under the call recorder
+                trace(*[args[i] for i in dyn], **{k: kwargs[k] for k in kw_dyn})
+            with _unrecorded():  # lowering and XLA compilation run no user code
+                result = artifact(fn, args, kwargs)
         except _NEEDS_CONCRETE as exc:
             reason = f"needs concrete values under jax.jit ({type(exc).__name__})"
             return self._plain(fn, op, argnum, args, kwargs, reason)
