@@ -230,9 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     version = sys.version.split()[0]
     print(f"soak: {n} cells, seed {opts.seed}, {total:.1f} s, python {version}{mode}")
     print(f"  namespace at the end: {len(shell.user_ns)} names")
-    print(f"  ipyrefresh per cell, first {window}: median {m0:.0f} us, p99 {p0:.0f} us")
-    print(f"  ipyrefresh per cell, last {window}:  median {m1:.0f} us, p99 {p1:.0f} us")
-    print(f"  ratio last/first (median): {m1 / m0:.2f}")
+    if not opts.no_extension:
+        print(f"  ipyrefresh per cell, first {window}: median {m0:.0f} us, p99 {p0:.0f} us")
+        print(f"  ipyrefresh per cell, last {window}:  median {m1:.0f} us, p99 {p1:.0f} us")
+        print(f"  ratio last/first (median): {m1 / m0:.2f}")
     print(f"  whole cell (IPython included), median: first {w0:.0f} us, last {w1:.0f} us")
     print(
         f"  RSS after cell {window}: {rss_start / 2**20:.1f} MiB; "
