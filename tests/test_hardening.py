@@ -250,8 +250,9 @@ def test_attributes_of_objects_read_by_a_derivative(ip: Any) -> None:
         "class Model:\n"
         "    def __init__(self, s):\n        self.scale = s\n        self.w = np.ones(2)\n"
         "    def forward(self, x):\n        return np.sum(x * x * self.w) * self.scale\n"
-        "model = Model(3.0)\ncfg = types.SimpleNamespace(shift=1.0)\n"
-        "def loss(x):\n    return model.forward(x) + cfg.shift * np.sum(x)\n"
+        "class Layer:\n    def __init__(self, b):\n        self.b = b\n"
+        "model = Model(3.0)\ncfg = types.SimpleNamespace(shift=1.0)\nmodel.layer = Layer(0.5)\n"
+        "def loss(x):\n    return model.forward(x) + cfg.shift * np.sum(x) * model.layer.b\n"
         "dl = grad(loss)\nx = np.array([1.0, 2.0])\nr = dl(x)"
     )
     x = ip.ns["x"]
@@ -259,6 +260,8 @@ def test_attributes_of_objects_read_by_a_derivative(ip: Any) -> None:
         "model.scale = 5.0",
         "model.w[1] = 4.0",
         "cfg.shift = -2.0",
+        "model.layer.b = 4.0",  # two levels down
+        "model.layer = Layer(-1.0)",
         "model.w = np.array([0.5, 0.5])",
         "model.forward = lambda x: np.sum(np.sin(x))",  # an instance attribute shadows
     ):

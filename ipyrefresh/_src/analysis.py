@@ -150,6 +150,16 @@ class DepGraph:
 
 _BUILTINS = builtins.__dict__
 _MAX_CONTAINER_FOLLOW = 64
+_MAX_OBJECT_DEPTH = 3
+
+
+def is_user_class(cls: type) -> bool:
+    """A class defined in a notebook or the user's own code (not a library's)."""
+    ns = type.__dict__["__dict__"].__get__(cls)
+    module = ns.get("__module__")
+    if type(module) is str and module == "__main__":
+        return True
+    return any(type(v) is FunctionType and is_user_code(v.__code__) for v in list(ns.values()))
 
 
 class Analyzer:
@@ -259,9 +269,10 @@ class Analyzer:
                 self._class(t, f"{label}.__class__", src, kind)
             self._instance(value, label, src, kind)
 
-    def _instance(self, obj: Any, label: str, src: str, kind: str) -> None:
+    def _instance(self, obj: Any, label: str, src: str, kind: str, depth: int = 0) -> None:
         """Watch an object's own attributes: rebinding one, or changing an array, list or
-        dict it holds in place. One level deep; read without calling any of its methods."""
+        dict it holds in place; and, a few levels down, the attributes of user objects it
+        holds (``model.layer.w``). Read without calling any method of the objects."""
         if id(obj) in self._seen:
             return
         self._seen.add(id(obj))
@@ -278,10 +289,12 @@ class Analyzer:
             return
         for name, attr in items:
             ta = type(attr)
-            if type(name) is str and (
-                ta in (FunctionType, MethodType, functools.partial) or ContentDep.applies_to(attr)
-            ):
+            if type(name) is not str:
+                continue
+            if ta in (FunctionType, MethodType, functools.partial) or ContentDep.applies_to(attr):
                 self.value(attr, f"{label}.{name}", src, kind)
+            elif depth < _MAX_OBJECT_DEPTH and is_user_class(ta):
+                self._instance(attr, f"{label}.{name}", src, kind, depth + 1)
 
     def _elements(self, value: Any, label: str, src: str, kind: str) -> None:
         try:
