@@ -27,7 +27,8 @@ class Names(Protocol):
 
 
 def shape_of(v: Any) -> tuple[int, ...]:
-    return tuple(np.shape(v))
+    shape = getattr(v, "shape", None)
+    return shape if type(shape) is tuple else tuple(np.shape(v))
 
 
 def unbroadcast(expr: str, out_shape: tuple[int, ...], target: Any) -> str:

@@ -8,6 +8,7 @@ an ``int``: the index of the first guard that failed (the tape does not apply).
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -375,30 +376,26 @@ _VAR = re.compile(r"\bv(\d+)\b")
 def _inline_forward(lines: list[str], defs: dict[int, tuple[int, str]]) -> None:
     """Fill in forward definitions, substituting values used exactly once (by a later
     forward definition, not by the backward pass or a guard) into their user."""
-    uses: dict[int, int] = {}
-    for i, text in enumerate(lines):
-        found = _VAR.findall(defs[i][1] if i in defs else text)
-        for k in found:
-            uses[int(k)] = uses.get(int(k), 0) + 1
-    in_defs: dict[int, int] = {}
-    for _slot, expr in defs.values():
-        for k in _VAR.findall(expr):
-            in_defs[int(k)] = in_defs.get(int(k), 0) + 1
-    inline: dict[int, tuple[str, int]] = {}
+    find = _VAR.findall
+    uses = Counter(find("\n".join(defs[i][1] if i in defs else t for i, t in enumerate(lines))))
+    in_defs = Counter(find("\n".join(e for _, e in defs.values())))
+    inline: dict[str, tuple[str, int]] = {}
 
     def sub(m: re.Match[str]) -> str:
-        k = int(m.group(1))
-        got = inline.pop(k, None)
+        got = inline.pop(m.group(1), None)
         return f"({got[0]})" if got is not None else m.group(0)
 
     for i in sorted(defs):
         slot, expr = defs[i]
-        depth = 1 + max(
-            (inline[int(k)][1] for k in _VAR.findall(expr) if int(k) in inline), default=0
-        )
-        expr = _VAR.sub(sub, expr)
-        if uses.get(slot, 0) == 1 and in_defs.get(slot, 0) == 1 and depth < _MAX_DEPTH:
-            inline[slot] = (expr, depth)
+        depth = 1
+        if inline:
+            inner = [inline[k][1] for k in find(expr) if k in inline]
+            if inner:
+                depth += max(inner)
+                expr = _VAR.sub(sub, expr)
+        key = str(slot)
+        if uses[key] == 1 and in_defs[key] == 1 and depth < _MAX_DEPTH:
+            inline[key] = (expr, depth)
         else:
             lines[i] = f"    v{slot} = {expr}"
 

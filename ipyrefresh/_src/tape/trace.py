@@ -49,7 +49,7 @@ class Unsupported(Exception):
     """The tape cannot represent this function; plain autograd must run it."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Op:
     """One primitive call: ``value = fun(*args, **kwargs)``; ``parents[pos]`` is the slot
     that argument position ``pos`` reads. A guard op is recomputed and compared."""
@@ -64,7 +64,7 @@ class Op:
     where: str = ""
 
 
-@dataclass
+@dataclass(slots=True)
 class BoolGuard:
     """``bool(slot)`` was taken by Python code and gave ``expected``."""
 
@@ -134,13 +134,17 @@ def _check_constants(
     """Boxes hidden in constants (lists, object arrays, kwargs, outer traces) cannot be
     replayed: the tape would keep trace-time objects."""
     for pos, a in enumerate(args):
-        if pos in boxed:
+        t = type(a)
+        if t in _SCALARS or pos in boxed or (t is np.ndarray and not a.dtype.hasobject):
             continue
         if _has_box(a):
             tape.unsupported = f"a traced value reaches {_name_of(a)} inside a constant argument"
     for v in kwargs.values():
         if _has_box(v):
             tape.unsupported = "a traced value is passed as a keyword argument of a primitive"
+
+
+_SCALARS = {float, int, bool, str, type(None)}
 
 
 def _has_box(a: Any, depth: int = 0) -> bool:
