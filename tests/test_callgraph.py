@@ -230,3 +230,31 @@ def test_picture_does_not_touch_pyplot_or_shell_events(ip: Any) -> None:
     assert ("matplotlib.pyplot" in sys.modules) == had_pyplot
     after = {k: list(v) for k, v in ip.shell.events.callbacks.items()}
     assert after == before
+
+
+def test_in_a_real_terminal_ipython_it_prints_the_tree() -> None:
+    import subprocess
+    from pathlib import Path
+
+    lines = [
+        "%load_ext ipyrefresh",
+        "import autograd.numpy as np",
+        "from ipyrefresh import grad",
+        "def g(x): return np.sin(x)",
+        "def h(x): return g(x) * 2",
+        "r = grad(h)(0.3)",
+        "def g(x): return np.cos(x)",
+        "%callgraph h",
+        "import sys; print('pictures drawn:', 'matplotlib.figure' in sys.modules)",
+    ]
+    ipython = Path(sys.executable).with_name("ipython")
+    out = subprocess.run(
+        [str(ipython), "--simple-prompt", "--no-banner", "--colors=NoColor", "--no-confirm-exit"],
+        input="\n".join(lines) + "\nexit\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    assert "grad(h): stale (g redefined in cell [7])\nh  (stale)\n" in out
+    assert "└── g [static+dynamic]  <- redefined in cell [7]" in out
+    assert "pictures drawn: False" in out

@@ -292,6 +292,8 @@ def run(shell: Any, engine: Engine, line: str) -> None:
     if form == "svg" and picture_support():
         raise CallgraphError(picture_support())
     views = views_for(engine, name, shell.user_ns if shell is not None else None)
+    if form == "auto" and type(shell).__name__ == "TerminalInteractiveShell":
+        form = "text"  # a terminal cannot show the picture: don't draw it
     hint = ""
     if form == "auto" and in_kernel(shell) and picture_support():
         hint = f"text only: {picture_support()}"
