@@ -204,6 +204,18 @@ export class KernelChannel {
 
 /** One channel per kernel connection, created on demand, dropped with the connection. */
 export class ChannelRegistry {
+  constructor() {
+    // Leaving the page: close our comms so the kernels stop sending to nobody.
+    window.addEventListener('pagehide', () => this.disposeAll());
+  }
+
+  disposeAll(): void {
+    for (const channel of [...this._channels.values()]) {
+      channel.dispose();
+    }
+    this._channels.clear();
+  }
+
   get(kernel: Kernel.IKernelConnection): KernelChannel {
     let channel = this._channels.get(kernel);
     if (!channel || channel.isDisposed) {

@@ -275,3 +275,22 @@ def test_terminal_ipython_loads_and_unloads_without_a_trace(bare_shell: Any) -> 
     assert TARGET not in manager.targets
     assert list(get_engine().listeners) == listeners
     assert list(shell.events.callbacks["post_run_cell"]) == callbacks
+
+
+def test_comms_of_pages_that_went_away_are_bounded(kernel: Kernel) -> None:
+    """Each page load opens a comm; a page closed without closing it leaves it open. The
+    kernel keeps at most MAX_COMMS, closing the oldest, so per-cell traffic stays bounded."""
+    from ipyrefresh.ipython.comm import MAX_COMMS
+
+    kernel.run("%load_ext ipyrefresh")
+    ids = [kernel.open_comm() for _ in range(MAX_COMMS + 3)]
+    traffic = list(kernel.comm_traffic(5.0))
+    closed = {m["content"]["comm_id"] for m in traffic if m["msg_type"] == "comm_close"}
+    assert set(ids[:3]) <= closed and not closed & set(ids[3:])
+    kernel.run(SETUP)
+    updated = {
+        m["content"]["comm_id"]
+        for m in kernel.comm_traffic(2.0)
+        if m["msg_type"] == "comm_msg" and m["content"]["data"]["type"] == "status"
+    }
+    assert updated == set(ids[3:])

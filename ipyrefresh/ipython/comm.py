@@ -42,6 +42,7 @@ MAX_ENTRIES = 100  # entries listed in one message; the counts always cover all 
 MAX_REASONS = 3  # reasons listed per entry
 MAX_TEXT = 200  # characters per reason or error
 MAX_CHANGES = 5
+MAX_COMMS = 16  # open comms kept (front ends: tabs and pages on this kernel)
 
 
 def _clip(text: Any) -> str:
@@ -147,14 +148,16 @@ class StatusChannel:
     # -- comm traffic --------------------------------------------------------------------
     def _on_open(self, c: Any, msg: dict[str, Any]) -> None:
         self._add(c)
-        data = msg.get("content", {}).get("data") or {}
-        if data.get("type") == "refresh":
-            self._handle(c, data)
-        else:
-            self._send(c, self._compute())
+        self._on_msg(c, msg)  # the opening data is a request (or a refresh)
 
     def _add(self, c: Any) -> None:
         self.comms.append(c)
+        if len(self.comms) > MAX_COMMS:
+            # Pages closed without closing their comm leave it open here; keep the
+            # per-cell traffic bounded by dropping the oldest.
+            oldest = self.comms.pop(0)
+            with contextlib.suppress(Exception):
+                oldest.close()
         c.on_msg(lambda msg, c=c: self._on_msg(c, msg))
         c.on_close(lambda msg, c=c: self._forget(c))
 
