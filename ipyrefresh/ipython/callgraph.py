@@ -308,8 +308,9 @@ def run(shell: Any, engine: Engine, line: str) -> None:
 
 
 # -- drawing ---------------------------------------------------------------------------------
-def _layers(view: GraphView) -> list[list[str]]:
-    """Functions in rows by call depth from the root; rows ordered to limit crossings."""
+def _layout(view: GraphView) -> dict[str, tuple[float, float]]:
+    """Positions of the functions: rows by call depth from the root, each node placed
+    under the mean of its callers (barycentre), neighbours at least one unit apart."""
     import networkx as nx
 
     g = nx.DiGraph()
@@ -320,9 +321,9 @@ def _layers(view: GraphView) -> list[list[str]]:
     rows: dict[int, list[str]] = {}
     for node in g.nodes:
         rows.setdefault(depth.get(node, bottom), []).append(node)
-    ordered: list[list[str]] = []
     position: dict[str, float] = {}
-    for level in sorted(rows):
+    xy: dict[str, tuple[float, float]] = {}
+    for y, level in enumerate(sorted(rows)):
         row = rows[level]
 
         def barycentre(node: str) -> tuple[float, str]:
@@ -330,10 +331,18 @@ def _layers(view: GraphView) -> list[list[str]]:
             return (sum(parents) / len(parents) if parents else float("inf"), node)
 
         row.sort(key=barycentre)
-        for i, node in enumerate(row):
-            position[node] = i - (len(row) - 1) / 2
-        ordered.append(row)
-    return ordered
+        want = [barycentre(node)[0] for node in row]
+        xs: list[float] = []
+        for w in want:
+            x = w if w != float("inf") else (xs[-1] + 1 if xs else 0.0)
+            xs.append(max(x, xs[-1] + 1) if xs else x)
+        offsets = [x - w for x, w in zip(xs, want, strict=True) if w != float("inf")]
+        shift = sum(offsets) / len(offsets) if offsets else (xs[0] + xs[-1]) / 2
+        for node, x in zip(row, xs, strict=True):
+            position[node] = x - shift
+            xy[node] = (x - shift, -float(y))
+    lo, hi = min(x for x, _ in xy.values()), max(x for x, _ in xy.values())
+    return {node: (x - (lo + hi) / 2, y) for node, (x, y) in xy.items()}
 
 
 def _draw(view: GraphView) -> str:
@@ -343,13 +352,15 @@ def _draw(view: GraphView) -> str:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    rows = _layers(view)
+    xy = _layout(view)
+    levels = len({y for _, y in xy.values()})
+    span = max(x for x, _ in xy.values()) - min(x for x, _ in xy.values()) + 1
     watched = view.watched[:_MAX_WATCHED_SHOWN]
     wrow = [watched[i : i + 6] for i in range(0, len(watched), 6)]
-    width = max([len(r) for r in rows] + [len(r) for r in wrow] + [3])
-    height = len(rows) + len(wrow) + (0.6 if wrow else 0)
+    width = max([span, 3.0] + [float(len(r)) for r in wrow])
+    height = levels + len(wrow) + (0.6 if wrow else 0)
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ipyrefresh"}):
-        fig_w, fig_h = max(2.2 * width, 6.5), 0.95 * height + 1.5
+        fig_w, fig_h = max(1.7 * width, 6.5), 0.95 * height + 1.5
         fig = Figure(figsize=(fig_w, fig_h))
         FigureCanvasSVG(fig)
         bottom = 0.55 / fig_h  # room for the legend
@@ -358,10 +369,6 @@ def _draw(view: GraphView) -> str:
         ax.set_axis_off()
         ax.set_xlim(-width / 2 - 0.2, width / 2 + 0.2)
         ax.set_ylim(-height + 0.3, 0.7)
-        xy: dict[str, tuple[float, float]] = {}
-        for level, row in enumerate(rows):
-            for i, node in enumerate(row):
-                xy[node] = (i - (len(row) - 1) / 2, -float(level))
         boxes: dict[str, Any] = {}
         for node, (x, y) in xy.items():
             fill, edge = _COLOURS[view.node_state(node)]
@@ -400,7 +407,7 @@ def _draw(view: GraphView) -> str:
                 arrow = ax.annotate("", xy=(xb, yb), xytext=(xa, ya), arrowprops=props)
             assert arrow.arrow_patch is not None
             arrow.arrow_patch.set_gid(f"edge-{kind}-{a}->{b}")
-        top = -float(len(rows)) - 0.1
+        top = -float(levels) - 0.1
         if wrow:
             ax.text(-width / 2, top + 0.3, "also watches:", fontsize=9, color="#6b7280")
         for r, names in enumerate(wrow):
