@@ -76,6 +76,47 @@ def test_threads_calling_handles_while_cells_redefine_the_target(ip: Any) -> Non
     assert_consistent(ipyrefresh.get_engine())
 
 
+def test_threads_with_many_signatures_and_evictions(ip: Any) -> None:
+    """Threads make handles and new cache entries while cells redefine and evict them."""
+    ip.run("%config IPyRefresh.max_entries = 3")
+    ip.run(
+        "W = np.array([1.0, 2.0, 3.0])\n"
+        "def g(x):\n    return np.sin(x) * W[0]\n"
+        "def h(x):\n    return np.sum(g(x) * x)"
+    )
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    args = [0.5, onp.array([0.5]), onp.array([0.5, 1.0]), onp.ones((2, 2)), onp.float32(0.5)]
+
+    def worker(seed: int) -> None:
+        rng = onp.random.default_rng(seed)
+        try:
+            while not stop.is_set():
+                handle = ipyrefresh.grad(ip.ns["h"]) if rng.random() < 0.3 else ip.ns["dh"]
+                handle(args[rng.integers(len(args))])
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    ip.run("dh = grad(h)")
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for k in range(60):
+            ip.run(f"def g(x):\n    return np.sin(x) * W[0] * {k % 5 + 1}.0")
+            ip.run(f"W[0] = {k % 3 + 1}.0")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert not errors, errors
+    engine = ipyrefresh.get_engine()
+    assert len(engine.cache) <= 3 and engine.cache.evictions > 0
+    for x in args:
+        assert onp.allclose(ip.ns["dh"](x), fresh(ip, "h", x))
+    assert_consistent(engine)
+
+
 # -- KeyboardInterrupt -------------------------------------------------------------------------
 class InterruptAt:
     """Raise KeyboardInterrupt at the n-th line ipyrefresh executes (as Ctrl-C could)."""
