@@ -20,12 +20,12 @@ itself never imports jax; ``%config IPyRefresh.backend = "jax"`` makes
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
+from ._src.compilers import available_compilers
 from ._src.handles import Derivative
 
-if importlib.util.find_spec("jax") is None:  # pragma: no cover - depends on the environment
+if "jax" not in available_compilers():  # pragma: no cover - depends on the environment
     raise ImportError("ipyrefresh.jax needs jax: pip install ipyrefresh[jax]")
 
 __all__ = ["elementwise_grad", "grad", "hessian", "jacobian", "value_and_grad"]

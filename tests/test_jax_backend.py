@@ -343,6 +343,41 @@ def test_importing_ipyrefresh_does_not_import_jax() -> None:
     assert out.stdout.strip() == "False"
 
 
+def test_without_jax_everything_else_works() -> None:
+    """jax hidden from imports, as if not installed: ipyrefresh imports and runs on
+    autograd, ipyrefresh.jax and the jax backend say what to install."""
+    code = (
+        "import importlib.abc, sys\n"
+        "class Hide(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.partition('.')[0] in ('jax', 'jaxlib'):\n"
+        "            raise ModuleNotFoundError(name)\n"
+        "sys.meta_path.insert(0, Hide())\n"
+        "import autograd.numpy as np, ipyrefresh\n"
+        "from ipyrefresh._src.compilers import available_compilers\n"
+        "assert 'jax' not in available_compilers()\n"
+        "assert ipyrefresh.grad(lambda x: np.sin(x) * 2)(0.0) == 2.0\n"
+        "try:\n"
+        "    import ipyrefresh.jax\n"
+        "except ImportError as e:\n"
+        "    print(e)\n"
+        "cfg = ipyrefresh.get_engine().config\n"
+        "try:\n"
+        "    cfg.backend = 'jax'\n"
+        "except Exception as e:\n"
+        "    print(e)\n"
+        "print(cfg.backend, 'jax' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.splitlines() == [
+        "ipyrefresh.jax needs jax: pip install ipyrefresh[jax]",
+        "backend 'jax' needs jax: pip install ipyrefresh[jax]",
+        "autograd False",
+    ]
+
+
 # -- differential: random call graphs and redefinitions against fresh jax.grad -------------
 
 N_FUNCS = 6

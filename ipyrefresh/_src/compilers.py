@@ -113,5 +113,12 @@ def _jax_compiler() -> Compiler:
     return JaxCompiler()
 
 
-if importlib.util.find_spec("jax") is not None:  # the optional extra: ipyrefresh[jax]
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # hidden by an import hook, or a broken install
+        return False
+
+
+if _installed("jax"):  # the optional extra: ipyrefresh[jax]
     register_compiler("jax", _jax_compiler)
