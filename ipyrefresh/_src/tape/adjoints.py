@@ -199,9 +199,11 @@ def _reshape(names: Names, op: Any, pos: int, g: str) -> str | None:
 
 
 def _transpose(names: Names, op: Any, pos: int, g: str) -> str | None:
-    axes = op.args[1] if len(op.args) > 1 else op.kwargs.get("axes")
-    if pos != 0 or len(op.kwargs) > (0 if len(op.args) > 1 else 1):
+    if pos != 0 or len(op.args) > 2 or set(op.kwargs) - {"axes"}:
         return None
+    if len(op.args) > 1 and op.kwargs:
+        return None
+    axes = op.args[1] if len(op.args) > 1 else op.kwargs.get("axes")
     if axes is None:
         return f"_transpose({g})"
     inv = tuple(int(i) for i in np.argsort(axes))
