@@ -49,7 +49,8 @@ kw = {"y": 2.0}
 notfn = 3.0
 """
 
-CALLEES = ["f", "g", "vec", "boom", "gen", "notfn", "nosuch", "np.sin", "lambda x: x * x", "1"]
+# (No numpy ufuncs with random arguments: np.sin(0.5, arr) writes into arr by itself.)
+CALLEES = ["f", "g", "vec", "boom", "gen", "notfn", "nosuch", "lambda x: x * x", "1"]
 ARGS = [
     "0.5",
     "arr",

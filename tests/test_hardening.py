@@ -268,3 +268,35 @@ def test_attributes_of_objects_read_by_a_derivative(ip: Any) -> None:
         ip.run(cell)
         ip.run("r = dl(x)")
         assert ip.ns["r"] == pytest.approx(fresh(ip, "loss", x)), cell
+
+
+META = """
+class Meta(type):
+    # Only what Python itself needs to build the class and make instances.
+    def __getattribute__(cls, name):
+        if name in ("__mro__", "__dict__", "__call__", "__init__", "__new__", "__prepare__"):
+            return type.__getattribute__(cls, name)
+        raise RuntimeError(f"hostile metaclass: {name}")
+
+class Weird(metaclass=Meta):
+    def __init__(self):
+        self.k = 2.0
+    def __call__(self, x):
+        return x * x * 3.0
+
+w = Weird()
+"""
+
+
+def test_classes_whose_metaclass_refuses_every_attribute(ip: Any) -> None:
+    ip.run(META)
+    # Read by a differentiated function, passed as an argument, and differentiated itself.
+    ip.run(
+        "def f(x, obj):\n    return x * x * 3.0 + (1.0 if w is obj else 0.0)\n"
+        "df = grad(f)\nr1 = df(1.0, w)\ndw = grad(w)\nr2 = dw(2.0)"
+    )
+    assert ip.ns["r1"] == 6.0 and ip.ns["r2"] == 12.0
+    ip.run("def f(x, obj):\n    return x * x * 5.0\nr1 = df(1.0, w)")
+    assert ip.ns["r1"] == 10.0
+    ip.run("%stale")
+    ip.run("%callgraph --text f")

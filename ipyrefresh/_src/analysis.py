@@ -153,6 +153,15 @@ _MAX_CONTAINER_FOLLOW = 64
 _MAX_OBJECT_DEPTH = 3
 
 
+def type_name(cls: type, attr: str = "__name__") -> str:
+    """``cls.__name__`` (or ``__module__``, ``__qualname__``) without running metaclass code."""
+    try:
+        value = type.__dict__[attr].__get__(cls)
+    except Exception:
+        return "?"
+    return value if type(value) is str else "?"
+
+
 def is_user_class(cls: type) -> bool:
     """A class defined in a notebook or the user's own code (not a library's)."""
     ns = type.__dict__["__dict__"].__get__(cls)
@@ -260,7 +269,7 @@ class Analyzer:
             self._elements(value, label, src, kind)
         elif issubclass(t, type) and id(value) not in self._seen:
             self._class(value, label, src, kind)
-        elif t.__module__ not in ("builtins", "numpy") and not issubclass(
+        elif type_name(t, "__module__") not in ("builtins", "numpy") and not issubclass(
             t, (ModuleType, np.generic)
         ):
             # An instance of a user class: its methods run on call, and its attributes

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .analysis import Analyzer, DepGraph
+from .analysis import Analyzer, DepGraph, type_name
 from .cache import DerivativeCache, Entry
 from .compilers import AutogradCompiler, Built, Compiler, make_compiler
 from .config import IPyRefresh
@@ -45,7 +45,7 @@ _GENERATOR_FLAGS = (
 def check_differentiable(fn: Any, label: str) -> None:
     """Reject what autograd can never differentiate, with a message that says why."""
     if not callable(fn):
-        raise TypeError(f"'{label}' is not callable (it is a {type(fn).__name__})")
+        raise TypeError(f"'{label}' is not callable (it is a {type_name(type(fn))})")
     if type(fn) is FunctionType and fn.__code__.co_flags & _GENERATOR_FLAGS:
         kind = "an async function" if fn.__code__.co_flags & 0x280 else "a generator function"
         raise TypeError(f"'{label}' is {kind}; derivatives need a function that returns a value")
@@ -134,7 +134,7 @@ class Engine:
             if target is None:
                 target = self._targets[key] = Target.followed(ns, name)
             return target
-        label = fun.__name__ if type(fun) is FunctionType else type(fun).__name__
+        label = fun.__name__ if type(fun) is FunctionType else type_name(type(fun))
         key = ("obj", id(fun))
         target = self._targets.get(key)
         if target is not None and target.ref is not None and target.ref() is fun:

@@ -13,6 +13,7 @@ from collections.abc import Hashable
 from types import FunctionType
 from typing import Any
 
+from .analysis import type_name
 from .cache import Entry
 from .engine import Engine, check_differentiable
 from .signature import call_signature
@@ -59,7 +60,8 @@ class Derivative:
     ) -> None:
         engine = get_engine()
         self.argnum = _argnum_key(argnum)
-        check_differentiable(fun, fun.__name__ if type(fun) is FunctionType else type(fun).__name__)
+        label = fun.__name__ if type(fun) is FunctionType else type_name(type(fun))
+        check_differentiable(fun, label)
         self.transform = transform
         self.compiler = compiler or (engine.config.backend == "jax" and "jax") or None
         self._engine = engine

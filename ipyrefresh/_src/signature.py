@@ -60,7 +60,9 @@ def arg_signature(x: Any) -> Hashable:
     if issubclass(t, np.ndarray):
         return (t.__name__, x.shape, x.dtype.str)
     # Anything else is keyed by its type only; its identity would pin it in memory.
-    return ("object", t.__module__, t.__qualname__)
+    # Read through type's own descriptors: a metaclass's __getattribute__ must not run.
+    names = (type.__dict__["__module__"].__get__(t), type.__dict__["__qualname__"].__get__(t))
+    return ("object", *(n if type(n) is str else "?" for n in names))
 
 
 def call_signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Hashable:
