@@ -49,6 +49,8 @@ def _library_only(obj: Any, depth: int = 0) -> bool:
     """True if ``obj`` is library code that reaches no user code (by type checks only)."""
     t = type(obj)
     if t is FunctionType:
+        if obj.__dict__.get("_ipyrefresh_trampoline"):
+            return True  # a live entry's own trace: it goes when the entry is invalidated
         if is_user_code(obj.__code__) or depth > 3:
             return False
         for cell in obj.__closure__ or ():
@@ -243,6 +245,7 @@ class JaxCompiler:
             return f(*full, **kw_consts, **dyn_kwargs)
 
         trampoline.__name__ = trampoline.__qualname__ = getattr(fn, "__name__", "fun")
+        trampoline._ipyrefresh_trampoline = True  # type: ignore[attr-defined]
         jitted = jax.jit(op(trampoline, dyn_argnum))
 
         if not consts and not kwargs:
