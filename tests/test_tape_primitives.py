@@ -382,3 +382,30 @@ def test_output_independent_of_input_runs_autograd() -> None:
         built = TapeCompiler().build(f, "grad", 0, (x, y), {})
     assert "does not depend on the input" in built.fallback
     _same_result(built.result, onp.zeros(2))
+
+
+def test_complex_inputs_use_autograds_vjps() -> None:
+    def f(z: Any) -> Any:
+        return np.sum(np.real(z * np.conj(z)) + np.imag(np.exp(z)))
+
+    z1 = onp.array([0.3 + 0.2j, -0.1 + 0.5j])
+    z2 = onp.array([1.3 - 0.2j, 0.4 + 0.1j])
+    built = TapeCompiler().build(f, "grad", 0, (z1,), {})
+    assert built.fallback == ""
+    _same_result(built.result, autograd.grad(f)(z1))
+    _same_result(built.artifact(f, (z2,), {}), autograd.grad(f)(z2))
+
+
+def test_hessian_and_jacobian_with_guards_and_lists() -> None:
+    def f(x: Any) -> Any:
+        y = np.tanh(x) if x[0] > 0 else np.sin(x)
+        return np.sum(y**2) * np.max(x)
+
+    x1, x2 = onp.array([0.5, -0.2, 0.1]), onp.array([-0.5, 0.3, 0.9])
+    for transform in ("hessian", "jacobian", "value_and_grad"):
+        g = f if transform != "jacobian" else (lambda x: np.tanh(x) * x[0] if x[0] > 0 else x)
+        built = TapeCompiler().build(g, transform, 0, (x1,), {})
+        assert built.fallback == ""
+        ref = getattr(autograd, transform)
+        _same_result(built.artifact(g, (x2,), {}), ref(g)(x2))
+        _same_result(built.artifact(g, (x1 * 2,), {}), ref(g)(x1 * 2))
