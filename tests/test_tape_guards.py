@@ -151,6 +151,7 @@ def test_variants_are_bounded_then_autograd_with_a_warning() -> None:
         events = [_check(art, halve_until_small, x) for x in xs]
     assert len(art.variants) == MAX_VARIANTS
     assert any(e.startswith("autograd fallback: more than") for e in events)
+    assert art.note.startswith(f"more than {MAX_VARIANTS} traced variants")
     assert sum("traced variants" in str(w.message) for w in caught) == 1
     # known paths still replay
     assert _check(art, halve_until_small, 1.6) == "replay"

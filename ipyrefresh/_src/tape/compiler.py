@@ -95,13 +95,14 @@ def compile_variant(
 class TapeArtifact:
     """Replays compiled variants for one cache key; ``last_event`` says what happened."""
 
-    __slots__ = ("argnum", "fallback", "last_event", "transform", "variants", "warned")
+    __slots__ = ("argnum", "fallback", "last_event", "note", "transform", "variants", "warned")
 
     def __init__(self, transform: str, argnum: Any) -> None:
         self.transform = transform
         self.argnum = argnum
         self.variants: list[Compiled] = []
-        self.fallback = ""
+        self.fallback = ""  # why every call runs on plain autograd (set at build)
+        self.note = ""  # a later call that ran on plain autograd, and why (for status)
         self.last_event = ""
         self.warned = False
 
@@ -131,6 +132,7 @@ class TapeArtifact:
                     stacklevel=3,
                 )
             self.last_event = f"autograd fallback: more than {MAX_VARIANTS} variants ({why})"
+            self.note = f"more than {MAX_VARIANTS} traced variants; other inputs use autograd"
             return self.reference(fn, args, kwargs)
         return self.retrace(fn, args, kwargs, f"retrace: {why}")
 
@@ -139,6 +141,7 @@ class TapeArtifact:
             variant = compile_variant(fn, self.transform, self.argnum, args, kwargs)
         except Unsupported as exc:
             self.last_event = f"autograd fallback: {exc}"
+            self.note = f"some inputs run on plain autograd: {exc}"
             return self.reference(fn, args, kwargs)
         r = variant.run(fn, args, kwargs)
         if type(r) is int:  # the trace's own inputs fail its guards: not deterministic
