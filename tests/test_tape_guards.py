@@ -201,6 +201,26 @@ def test_data_globals_are_read_live() -> None:
     assert _check(art, uses_global, x) == "replay"
 
 
+def test_data_dependent_shapes_are_guarded() -> None:
+    def f(w: Any, y: Any) -> Any:  # y is traced too; len() of a result reads its shape
+        k = np.unique(y)
+        return np.sum(w[: len(k)] ** 2) + np.sum(k)
+
+    w = onp.arange(5.0)
+    art = _build(f, w, onp.array([1.0, 1.0, 2.0]))
+    assert _check(art, f, w, onp.array([3.0, 3.0, 1.0])) == "replay"
+    event = _check(art, f, w, onp.array([1.0, 2.0, 3.0]))
+    assert event == "retrace: guard failed: shape of unique(...)"
+
+    def g(w: Any, y: Any) -> Any:  # only the shape of np.where(y) is used
+        return np.sum(w[: len(np.where(y)[0])] ** 2)
+
+    art = _build(g, w, onp.array([0.0, 1.0, 2.0]))
+    assert _check(art, g, w, onp.array([0.0, 5.0, 2.0])) == "replay"
+    event = _check(art, g, w, onp.array([1.0, 2.0, 3.0]))
+    assert event == "retrace: guard failed: shape of where(...)"
+
+
 def test_array_defaults_are_read_live() -> None:
     D = onp.array([2.0, 3.0])
 

@@ -17,6 +17,7 @@ from autograd.builtins import container_take
 from autograd.numpy.numpy_boxes import ArrayBox
 
 _getitem = ArrayBox.__getitem__
+_where = anp._original_where
 
 
 class Names(Protocol):
@@ -219,6 +220,113 @@ RULES: dict[Any, Callable[[Names, Any, int, str], str | None]] = {
     anp.ravel: _reshape,
     anp.transpose: _transpose,
 }
+
+
+def _shape_static_set() -> set[Any]:
+    import autograd.numpy.fft as afft
+    import autograd.numpy.linalg as alin
+    from autograd.numpy import numpy_wrapper as w
+
+    names = [
+        "sum",
+        "prod",
+        "amax",
+        "amin",
+        "max",
+        "min",
+        "cumsum",
+        "cumprod",
+        "dot",
+        "matmul",
+        "tensordot",
+        "einsum",
+        "inner",
+        "outer",
+        "kron",
+        "cross",
+        "reshape",
+        "ravel",
+        "transpose",
+        "swapaxes",
+        "moveaxis",
+        "rollaxis",
+        "permute_dims",
+        "expand_dims",
+        "squeeze",
+        "concatenate_args",
+        "array_from_args",
+        "_array_from_scalar_or_array",
+        "_original_where",
+        "clip",
+        "diff",
+        "roll",
+        "tile",
+        "broadcast_to",
+        "linspace",
+        "full",
+        "pad",
+        "sort",
+        "partition",
+        "diag",
+        "diagonal",
+        "make_diagonal",
+        "trace",
+        "tril",
+        "triu",
+        "fliplr",
+        "flipud",
+        "rot90",
+        "atleast_1d",
+        "atleast_2d",
+        "atleast_3d",
+        "split",
+        "array_split",
+        "hsplit",
+        "vsplit",
+        "dsplit",
+        "_astype",
+        "astype",
+        "real",
+        "imag",
+        "conj",
+        "conjugate",
+        "angle",
+        "real_if_close",
+        "nan_to_num",
+        "sinc",
+        "gradient",
+        "_primitive_mean",
+        "_primitive_var",
+        "_primitive_std",
+    ]
+    found = {getattr(w, n) for n in names if hasattr(w, n)}
+    found |= {f for f in vars(alin).values() if callable(f) and hasattr(f, "fun")}
+    found |= {f for f in vars(afft).values() if callable(f) and hasattr(f, "fun")}
+    return found
+
+
+# Primitives whose output shape follows from their inputs' shapes (fixed by the cache key
+# and the guards). Any other primitive (np.unique, np.bincount, ...) gets a shape guard:
+# Python code may read the shape of its result (len(np.unique(y))).
+SHAPE_STATIC = _shape_static_set() | {container_take}
+
+
+def shapes(v: Any) -> Any:
+    """Shape of an array, or the nested shapes of a tuple/list of arrays."""
+    if type(v) is tuple or type(v) is list:
+        return tuple(shapes(e) for e in v)
+    return np.shape(v)
+
+
+def shape_static(op: Any) -> bool:
+    f = op.fun
+    if f is _getitem:
+        return 1 not in op.parents
+    if f is _where:
+        return len(op.args) == 3  # np.where(cond) is nonzero
+    raw = getattr(f, "fun", None)
+    return f in SHAPE_STATIC or (isinstance(raw, np.ufunc) and raw.signature is None)
+
 
 # Names the generated code may use.
 HELPERS: dict[str, Any] = {

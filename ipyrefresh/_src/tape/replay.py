@@ -70,6 +70,7 @@ class _Gen:
         self.tape = tape
         self.ns: dict[str, Any] = dict(adjoints.HELPERS)
         self.ns.update(_same=same, _add=_add, _stack=np.stack, _npreshape=np.reshape)
+        self.ns["_shapes"] = adjoints.shapes
         self.ns["_add_at"] = np.add.at
         self._consts: dict[int, str] = {}
         self.guards: list[str] = []
@@ -153,6 +154,8 @@ def generate(tape: Tape, transform: str) -> Compiled:
         elif isinstance(e, Op) and e.guard:
             for p in e.parents.values():
                 mark(p, needed)
+        elif not adjoints.shape_static(e):  # its shape is guarded even if unused
+            mark(e.slot, needed)
 
     # -- arguments -----------------------------------------------------------------------
     lines = gen.lines
@@ -186,6 +189,10 @@ def generate(tape: Tape, transform: str) -> Compiled:
                 expr = f"{gen.const(e.fun.fun)}({gen.call_args(e)})"
             fwd_defs[len(lines)] = (e.slot, expr)
             lines.append("")  # filled in by _inline_forward
+            if not adjoints.shape_static(e):
+                fname = getattr(e.fun, "__name__", "?")
+                want = adjoints.shapes(e.value)
+                gen.guard(f"_shapes(v{e.slot}) != {want!r}", f"shape of {fname}(...)")
 
     # -- backward plan -------------------------------------------------------------------
     back = [op for op in reversed(ops) if live[op.slot]]
