@@ -178,9 +178,9 @@ def test_errors_are_one_line(ip: Any) -> None:
 
 @pytest.fixture
 def without_picture_libs() -> Iterator[None]:
-    """Make ``import networkx`` fail, as on a machine without the callgraph extra."""
-    saved = {m: sys.modules.get(m) for m in ("networkx",)}
-    sys.modules["networkx"] = None  # type: ignore[assignment]
+    """Make ``import igraph`` fail, as on a machine without the callgraph extra."""
+    saved = {m: sys.modules.get(m) for m in ("igraph",)}
+    sys.modules["igraph"] = None  # type: ignore[assignment]
     try:
         yield
     finally:
@@ -210,7 +210,7 @@ def test_kernel_without_extra_says_how_to_get_the_picture(
     bundle = view._repr_mimebundle_()
     assert set(bundle) == {"text/plain"}
     assert bundle["text/plain"].endswith(
-        "(text only: the picture needs networkx: pip install 'ipyrefresh[callgraph]')"
+        "(text only: the picture needs igraph: pip install 'ipyrefresh[callgraph]')"
     )
 
 

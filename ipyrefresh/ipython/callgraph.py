@@ -5,7 +5,7 @@ the differentiated function down, static calls drawn solid, calls only seen at r
 dashed, the changed binding in red and what it made stale in orange) and as a text tree
 in a terminal. Both come from one display bundle, so the front end picks.
 
-The picture needs the optional extra ``ipyrefresh[callgraph]`` (networkx lays the graph
+The picture needs the optional extra ``ipyrefresh[callgraph]`` (igraph lays the graph
 out, matplotlib draws it, both from PyPI wheels). Without it the text form still works.
 Only matplotlib's object API is used, never ``pyplot``: importing pyplot in a kernel
 would install matplotlib's inline hooks into the user's shell.
@@ -43,8 +43,8 @@ class CallgraphError(Exception):
 def picture_support() -> str:
     """Empty if the picture can be drawn, else why not (a one-line message)."""
     try:
+        import igraph  # noqa: F401
         import matplotlib  # noqa: F401
-        import networkx  # noqa: F401
     except ImportError as exc:
         return f"the picture needs {exc.name}: {INSTALL_HINT}"
     return ""
@@ -309,40 +309,23 @@ def run(shell: Any, engine: Engine, line: str) -> None:
 
 # -- drawing ---------------------------------------------------------------------------------
 def _layout(view: GraphView) -> dict[str, tuple[float, float]]:
-    """Positions of the functions: rows by call depth from the root, each node placed
-    under the mean of its callers (barycentre), neighbours at least one unit apart."""
-    import networkx as nx
+    """Positions of the functions: igraph's layered (Sugiyama) layout, with each node's
+    layer its call depth from the root, so the differentiated function is on top and a
+    recursive call points back up."""
+    import igraph
 
-    g = nx.DiGraph()
-    g.add_nodes_from(view.functions)
-    g.add_edges_from(view.edges)
-    depth = nx.single_source_shortest_path_length(g, view.root)
-    bottom = max(depth.values(), default=0) + 1
-    rows: dict[int, list[str]] = {}
-    for node in g.nodes:
-        rows.setdefault(depth.get(node, bottom), []).append(node)
-    position: dict[str, float] = {}
-    xy: dict[str, tuple[float, float]] = {}
-    for y, level in enumerate(sorted(rows)):
-        row = rows[level]
-
-        def barycentre(node: str) -> tuple[float, str]:
-            parents = [position[p] for p in g.predecessors(node) if p in position]
-            return (sum(parents) / len(parents) if parents else float("inf"), node)
-
-        row.sort(key=barycentre)
-        want = [barycentre(node)[0] for node in row]
-        xs: list[float] = []
-        for w in want:
-            x = w if w != float("inf") else (xs[-1] + 1 if xs else 0.0)
-            xs.append(max(x, xs[-1] + 1) if xs else x)
-        offsets = [x - w for x, w in zip(xs, want, strict=True) if w != float("inf")]
-        shift = sum(offsets) / len(offsets) if offsets else (xs[0] + xs[-1]) / 2
-        for node, x in zip(row, xs, strict=True):
-            position[node] = x - shift
-            xy[node] = (x - shift, -float(y))
+    names = view.functions
+    index = {name: i for i, name in enumerate(names)}
+    g = igraph.Graph(n=len(names), edges=[(index[a], index[b]) for a, b in view.edges])
+    g.vs["name"] = names
+    depth = g.distances(source=index[view.root], mode="out")[0]
+    finite = [int(d) for d in depth if d != float("inf")]
+    bottom = max(finite, default=0) + 1
+    layers = [int(d) if d != float("inf") else bottom for d in depth]
+    coords = g.layout_sugiyama(layers=layers).coords
+    xy = {name: (float(coords[i][0]), -float(coords[i][1])) for i, name in enumerate(names)}
     lo, hi = min(x for x, _ in xy.values()), max(x for x, _ in xy.values())
-    return {node: (x - (lo + hi) / 2, y) for node, (x, y) in xy.items()}
+    return {name: (x - (lo + hi) / 2, y) for name, (x, y) in xy.items()}
 
 
 def _draw(view: GraphView) -> str:
