@@ -77,3 +77,16 @@ def ip(bare_shell: Shell) -> Iterator[Shell]:
     bare_shell.run("%load_ext ipyrefresh")
     bare_shell.run("import autograd.numpy as np\nfrom ipyrefresh import grad")
     yield bare_shell
+
+
+@pytest.fixture(autouse=True)
+def _no_profiler_left_behind() -> Iterator[None]:
+    """A build must never leave its call recorder installed (every call would slow down)."""
+    import sys
+
+    before = sys.getprofile()
+    yield
+    after = sys.getprofile()
+    if after is not before:
+        sys.setprofile(before)
+        pytest.fail(f"a profile hook was left installed: {after!r}")
