@@ -300,3 +300,14 @@ def test_classes_whose_metaclass_refuses_every_attribute(ip: Any) -> None:
     assert ip.ns["r1"] == 10.0
     ip.run("%stale")
     ip.run("%callgraph --text f")
+
+
+def test_a_function_that_rebinds_its_own_name_while_differentiated(ip: Any) -> None:
+    ip.run(
+        "def h2(x):\n    return x * x * x\n"
+        "def h(x):\n    globals()['h'] = h2\n    return x * x\n"
+        "dh = grad(h)\nfirst = dh(2.0)"
+    )
+    assert ip.ns["first"] == 4.0  # this call ran the old h, as autograd's would
+    ip.run("second = dh(2.0)")
+    assert ip.ns["second"] == 12.0 == fresh(ip, "h", 2.0)

@@ -29,7 +29,7 @@ from .analysis import Analyzer, DepGraph, type_name
 from .cache import DerivativeCache, Entry
 from .compilers import AutogradCompiler, Built, Compiler, make_compiler
 from .config import IPyRefresh
-from .deps import BindingDep, ContentDep
+from .deps import MISSING, BindingDep, ContentDep
 from .recorder import record_calls, reset_if_idle
 from .table import Changed, DepTable
 from .targets import Target
@@ -295,6 +295,12 @@ class Engine:
             entry.last_event = "built (first call)"
         if built.detail:
             entry.last_event += f"; {built.detail}"
+        if target.ns is not None and target.ns.get(target.name, MISSING) is not fn:
+            # The name was rebound while we built (by the function itself, or by a cell
+            # in another thread) and the watch table saw only the new binding: this
+            # answer is for the old function, later calls must not reuse it.
+            self.table.unsubscribe(entry)
+            entry.mark_stale(f"{target.name} rebound while its derivative was built")
         self._notify()
         return built.result
 
