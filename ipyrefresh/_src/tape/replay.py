@@ -381,18 +381,27 @@ _VAR = re.compile(r"\bv(\d+)\b")
 
 
 def _inline_forward(lines: list[str], defs: dict[int, tuple[int, str]]) -> None:
-    """Fill in forward definitions, substituting values used exactly once (by a later
-    forward definition, not by the backward pass or a guard) into their user."""
+    """Fill in forward definitions: drop values nothing reads (for ``grad``, often the
+    output itself), and substitute values used exactly once (by a later forward
+    definition, not by the backward pass or a guard) into their user."""
     find = _VAR.findall
-    uses = Counter(find("\n".join(defs[i][1] if i in defs else t for i, t in enumerate(lines))))
-    in_defs = Counter(find("\n".join(e for _, e in defs.values())))
+    uses = Counter(find("\n".join(t for i, t in enumerate(lines) if i not in defs)))
+    in_defs: Counter[str] = Counter()
+    live = []
+    for i in sorted(defs, reverse=True):  # a value nothing reads is not computed at all
+        slot, expr = defs[i]
+        if uses[str(slot)]:
+            live.append(i)
+            found = find(expr)
+            uses.update(found)
+            in_defs.update(found)
     inline: dict[str, tuple[str, int]] = {}
 
     def sub(m: re.Match[str]) -> str:
         got = inline.pop(m.group(1), None)
         return f"({got[0]})" if got is not None else m.group(0)
 
-    for i in sorted(defs):
+    for i in reversed(live):
         slot, expr = defs[i]
         depth = 1
         if inline:
