@@ -291,6 +291,27 @@ def test_backend_config_and_grad_magic(jp: Shell, caplog: pytest.LogCaptureFixtu
     assert jp.run("ipyrefresh.grad(h).compiler") is None
 
 
+def test_refresh_and_eager_mode_rebuild_jax_entries(jp: Shell, compiles: CompileCounter) -> None:
+    jp.run("def g(x): return jnp.sin(x)")
+    jp.run("def h(x): return jnp.sum(g(x) ** 2)")
+    jp.run("dh = rj.grad(h)")
+    jp.run("dh(x)")
+    jp.run("def g(x): return jnp.cos(x)")
+    before = compiles.count
+    jp.run("%refresh")  # jax arrays are immutable: the last arguments are kept by reference
+    assert compiles.count == before + 1
+    assert entry("grad(h)")["state"] == "fresh"
+    fresh = jp.run("jax.grad(h)(x)")
+    before = compiles.count
+    assert close(jp.run("dh(x)"), fresh)
+    assert compiles.count == before  # already rebuilt: a cache hit
+    jp.run("%config IPyRefresh.mode = 'eager'")
+    jp.run("def g(x): return jnp.tanh(x)")
+    assert entry("grad(h)")["state"] == "fresh"  # rebuilt right after the cell
+    assert entry("grad(h)")["rebuilds"] == 2
+    assert close(jp.run("dh(x)"), jp.run("jax.grad(h)(x)"))
+
+
 def test_stale_listing_shows_jax_entries(jp: Shell, capsys: pytest.CaptureFixture[str]) -> None:
     jp.run("def g(x): return jnp.sin(x)")
     jp.run("def h(x): return jnp.sum(g(x))")

@@ -31,6 +31,7 @@ from .compilers import AutogradCompiler, Built, Compiler, make_compiler
 from .config import IPyRefresh
 from .deps import MISSING, BindingDep, ContentDep
 from .recorder import record_calls, reset_if_idle
+from .signature import _JAX_TYPES
 from .table import Changed, DepTable
 from .targets import Target
 from .world import NEVER, Change, World
@@ -61,6 +62,11 @@ def _small_copy(value: Any, budget: list[int]) -> Any:
         if budget[0] < 0 or value.dtype.hasobject:
             raise ValueError
         return value.copy()
+    if _JAX_TYPES.get(t) and t.__name__ == "ArrayImpl":  # a concrete jax Array: immutable
+        budget[0] -= value.nbytes
+        if budget[0] < 0:
+            raise ValueError
+        return value
     if t in (tuple, list):
         return t(_small_copy(v, budget) for v in value)
     if t is dict:
