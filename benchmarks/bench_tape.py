@@ -23,13 +23,11 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
-import autograd
-import numpy as onp
-
-import ipyrefresh
-from ipyrefresh._src import handles
-from ipyrefresh._src.engine import Engine
-from ipyrefresh._src.tape.compiler import TapeCompiler
+# One BLAS thread for both sides: on a shared 2-core machine multithreaded matmuls swing
+# with other processes' load far more than the difference being measured. Set before
+# numpy is imported (main() imports it); set OPENBLAS_NUM_THREADS yourself to override.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
 CASES_SRC = """
 import autograd.numpy as np
@@ -82,6 +80,7 @@ def best(cands: dict[str, Callable[[], Any]], number: int, rounds: int) -> dict[
 
 def in_ipython(number: dict[str, int], rounds: int) -> dict[str, dict[str, float]]:
     """Time autograd and the handle inside a real shell with the extension loaded."""
+    import autograd
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance()
@@ -96,7 +95,7 @@ def in_ipython(number: dict[str, int], rounds: int) -> dict[str, dict[str, float
         handle, fn, args = ns[f"d{case}"], ns[case], ns["ARGS"][case]
         ag = autograd.grad(fn)
         cands = {"autograd": lambda ag=ag, a=args: ag(*a), "handle": lambda h=handle, a=args: h(*a)}
-        results[case] = best(cands, number[case], rounds)
+        results[case] = best(cands, number[case], rounds * (3 if case == "big" else 1))
         entry = next(iter(handle._entries.values()))
         assert entry.compiler == "tape" and not entry.fallback, entry.fallback
     shell.run_line_magic("unload_ext", "ipyrefresh")
@@ -104,6 +103,14 @@ def in_ipython(number: dict[str, int], rounds: int) -> dict[str, dict[str, float
 
 
 def main() -> None:
+    import autograd
+    import numpy as onp
+
+    import ipyrefresh
+    from ipyrefresh._src import handles
+    from ipyrefresh._src.engine import Engine
+    from ipyrefresh._src.tape.compiler import TapeCompiler
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds (noisier)")
     parser.add_argument("--out", help="also write a markdown report to this path")
@@ -133,7 +140,8 @@ def main() -> None:
             "handle": lambda h=handle, a=args: h(*a),
             "compile": lambda f=fn, a=args: TapeCompiler().build(f, "grad", 0, a, {}),
         }
-        t = best(cands, number[case] if case != "big" else 1, rounds)
+        # one large call is ~0.1 s and swings with the machine's load: more rounds
+        t = best(cands, number[case] if case != "big" else 1, rounds * (3 if case == "big" else 1))
         rows.append((case, t, art.describe()))
     ipy = in_ipython({"chain": 200, "mlp": 100, "big": 1}, rounds)
 
@@ -168,7 +176,8 @@ def main() -> None:
             f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
             f"{sys.version.split()[0]}, numpy {onp.__version__}, autograd "
             f"{metadata.version('autograd')}; load average {os.getloadavg()[0]:.1f} "
-            f"(the machine is shared); {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+            f"(the machine is shared); BLAS threads {os.environ['OPENBLAS_NUM_THREADS']}; "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
             "\n\n"
         )
         notes = (
