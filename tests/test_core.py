@@ -419,3 +419,18 @@ def test_changing_the_default_compiler_rebuilds_with_it(
     ip.run("%config IPyRefresh.compiler = 'autograd'")
     assert pinned(0.0) == 1.0 and ip.run("dh(0.0)") == 1.0
     assert {e["compiler"] for e in ipyrefresh.status()["entries"]} == {"autograd"}
+
+
+def test_a_retrace_records_what_the_new_path_calls(ip: Shell) -> None:
+    ip.run("def g(x): return 2 * x\nsuffix = ''")
+    ip.run(
+        "def h(x):\n    if x > 0:\n        return np.sin(x)\n    return globals()['g' + suffix](x)"
+    )
+    ip.run("dh = grad(h)")
+    assert ip.run("dh(0.0 + 1.0)") == pytest.approx(onp.cos(1.0))
+    assert "g" not in entry("grad(h)")["deps"]  # the traced path never called g
+    assert ip.run("dh(-1.0)") == 2.0  # a guard fails: the tape retraces the other path
+    assert "g" in entry("grad(h)")["deps"]
+    ip.run("def g(x): return 5 * x")
+    assert entry("grad(h)")["state"] == "stale"
+    assert ip.run("dh(-1.0)") == 5.0

@@ -51,9 +51,11 @@ class IPyRefresh(Configurable):
     )
 
     max_digest_bytes = Int(
-        1 << 20,
-        help="Arrays a derivative reads up to this size are checked for in-place changes "
-        "after each cell; larger ones by shape and dtype only.",
+        1 << 25,
+        help="Arrays a derivative reads up to this size (32 MiB) are checked for in-place "
+        "changes after each cell (a CRC, about 8 ms at the limit); larger ones by shape and "
+        "dtype only, so a compiled tape that baked a value computed from one would not see "
+        "it change in place.",
     ).tag(config=True)
 
     retain_example_bytes = Int(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
+import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from types import CodeType, FunctionType
 from typing import Any
@@ -30,7 +31,7 @@ from .cache import DerivativeCache, Entry
 from .compilers import AutogradCompiler, Built, Compiler, make_compiler
 from .config import IPyRefresh
 from .deps import MISSING, BindingDep, ContentDep
-from .recorder import record_calls, reset_if_idle
+from .recorder import CallLog, record_calls, reset_if_idle
 from .signature import _JAX_TYPES
 from .table import Changed, DepTable
 from .targets import Target
@@ -268,14 +269,9 @@ class Engine:
                 built.result,
                 fallback="; ".join(effects),
             )
-        root_code = fn.__code__ if type(fn) is FunctionType else None
-        labels: dict[CodeType, str] = {}
-        for (caller, code), globs in log.calls.items():
-            if code is root_code:
-                labels[code] = root
-                continue
-            caller_label = None if caller is None else labels.get(caller, caller.co_qualname)
-            labels[code] = analyzer.called(code, globs, caller_label, root)
+        _absorb_calls(analyzer, log, root, fn)
+        if hasattr(built.artifact, "watch"):
+            built.artifact.watch = self._retrace_watcher(entry)
         with self._all_or_nothing():
             changes = self.table.subscribe(entry, graph.deps.values())
             if changes:  # something changed mid-cell, or the build itself mutated it
@@ -309,6 +305,40 @@ class Engine:
             entry.mark_stale(f"{target.name} rebound while its derivative was built")
         self._notify()
         return built.result
+
+    def _retrace_watcher(self, entry: Entry) -> Callable[[Callable[[], Any]], Any]:
+        """Record what a compiled artifact's own retrace runs (a guard failed, a new path).
+
+        The new path may call functions the build never saw; they become dependencies of
+        the entry too, or redefining them later would go unnoticed.
+        """
+        entry_ref = weakref.ref(entry)
+
+        def watch(trace: Callable[[], Any]) -> Any:
+            if not self.config.record_dynamic_edges:
+                return trace()
+            with record_calls(True) as log:
+                result = trace()
+            with self.lock:
+                entry = entry_ref()
+                if entry is None or entry.stale or not log.calls:
+                    return result
+                graph = DepGraph()
+                _absorb_calls(
+                    Analyzer(graph, self.config.max_digest_bytes),
+                    log,
+                    entry.target.label,
+                    entry.fn() if entry.fn else None,
+                )
+                with self._all_or_nothing():
+                    changes = self.table.subscribe(entry, graph.deps.values(), extend=True)
+                    if changes:
+                        self._invalidate(changes)
+                if entry.graph is not None:
+                    entry.graph.merge(graph)
+            return result
+
+        return watch
 
     # -- watching ----------------------------------------------------------------------------
     def after_cell(self, cell: int | None) -> list[Change]:
@@ -459,6 +489,22 @@ class _Summary:
         self.side_effects = list(graph.side_effects)
         self.note = note
 
+    def merge(self, graph: DepGraph) -> None:
+        self.deps = sorted({*self.deps, *(d.label for d in graph.deps.values())})
+        self.edges.update(graph.edges)
+
+
+def _absorb_calls(analyzer: Analyzer, log: CallLog, root: str, fn: Any) -> None:
+    """Add the dynamic edges of a recorded run to the analyzer's graph."""
+    root_code = fn.__code__ if type(fn) is FunctionType else None
+    labels: dict[CodeType, str] = {}
+    for (caller, code), globs in log.calls.items():
+        if code is root_code:
+            labels[code] = root
+            continue
+        caller_label = None if caller is None else labels.get(caller, caller.co_qualname)
+        labels[code] = analyzer.called(code, globs, caller_label, root)
+
 
 def _ref_to(fn: Any) -> Callable[[], Any]:
     return lambda: fn
@@ -528,7 +574,7 @@ def entry_status(entry: Entry, world: int) -> dict[str, Any]:
         "rebuilds": entry.rebuilds,
         "hits": entry.hits,
         "compiler": entry.compiler,
-        "fallback": entry.fallback,
+        "fallback": entry.fallback or getattr(entry.artifact, "note", ""),
         "deps": list(graph.deps) if graph is not None else [],
         "last_event": entry.last_event,
     }

@@ -56,8 +56,8 @@ class DepTable:
     def __len__(self) -> int:
         return len(self.records)
 
-    def subscribe(self, entry: Entry, deps: Iterable[Dep]) -> list[Changed]:
-        """Make ``entry`` depend on ``deps``, probing each now.
+    def subscribe(self, entry: Entry, deps: Iterable[Dep], extend: bool = False) -> list[Changed]:
+        """Make ``entry`` depend on ``deps`` (in addition to what it has, if ``extend``).
 
         A dependency already watched whose state differs from what we last saw has
         changed since the last sweep (mid-cell, or by the build itself): that is
@@ -66,9 +66,12 @@ class DepTable:
         changed: list[Changed] = []
         # Record each key before subscribing to it, so that an interrupt (Ctrl-C) midway
         # leaves dep_keys naming exactly what unsubscribe() must undo.
-        keys: list[Hashable] = []
+        keys: list[Hashable] = entry.dep_keys if extend else []
+        have = set(keys)
         entry.dep_keys = keys
         for dep in deps:
+            if dep.key in have:
+                continue
             probe = dep.probe()
             keys.append(dep.key)
             rec = self.records.get(dep.key)

@@ -95,7 +95,16 @@ def compile_variant(
 class TapeArtifact:
     """Replays compiled variants for one cache key; ``last_event`` says what happened."""
 
-    __slots__ = ("argnum", "fallback", "last_event", "note", "transform", "variants", "warned")
+    __slots__ = (
+        "argnum",
+        "fallback",
+        "last_event",
+        "note",
+        "transform",
+        "variants",
+        "warned",
+        "watch",
+    )
 
     def __init__(self, transform: str, argnum: Any) -> None:
         self.transform = transform
@@ -105,6 +114,9 @@ class TapeArtifact:
         self.note = ""  # a later call that ran on plain autograd, and why (for status)
         self.last_event = ""
         self.warned = False
+        # Set by the engine: runs a retrace under its call recorder, so that functions
+        # only a new path calls become dependencies too.
+        self.watch: Callable[[Callable[[], Any]], Any] | None = None
 
     def __call__(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         variants = self.variants
@@ -137,8 +149,11 @@ class TapeArtifact:
         return self.retrace(fn, args, kwargs, f"retrace: {why}")
 
     def retrace(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], event: str) -> Any:
+        def trace() -> Compiled:
+            return compile_variant(fn, self.transform, self.argnum, args, kwargs)
+
         try:
-            variant = compile_variant(fn, self.transform, self.argnum, args, kwargs)
+            variant = self.watch(trace) if self.watch is not None else trace()
         except Unsupported as exc:
             self.last_event = f"autograd fallback: {exc}"
             self.note = f"some inputs run on plain autograd: {exc}"
