@@ -14,6 +14,7 @@ Run: ``python benchmarks/bench_core.py`` (about a minute).
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import sys
 import time
 from collections.abc import Callable
@@ -161,7 +162,8 @@ def bench_hit() -> list[str]:
         "| call | time | ratio |",
         "|---|---:|---:|",
         f"| `autograd.grad(f)(x)` (baseline) | {fmt(plain)} | 1.00x |",
-        f"| ipyrefresh cache hit, autograd compiler | {fmt(hit)} | {hit / plain:.2f}x |",
+        f"| ipyrefresh cache hit ({handles.get_engine().config.compiler} compiler) | "
+        f"{fmt(hit)} | {hit / plain:.2f}x |",
         f"| lookup overhead alone (no-op artifact) | {fmt(overhead - empty)} | "
         f"{(overhead - empty) / plain:.3f}x |",
     ]
@@ -209,8 +211,8 @@ def bench_refresh(n: int = 1000) -> list[str]:
 
 def main() -> None:
     print(
-        f"python {sys.version.split()[0]}, numpy {np.__version__}, autograd "
-        f"{autograd.__version__ if hasattr(autograd, '__version__') else ''}"
+        f"python {sys.version.split()[0]}, numpy {np.__version__}, "
+        f"autograd {importlib.metadata.version('autograd')}"
     )
     for title, bench in (
         ("Per-cell hook cost (20 cached derivatives watched)", bench_hook),
