@@ -434,3 +434,12 @@ def test_a_retrace_records_what_the_new_path_calls(ip: Shell) -> None:
     ip.run("def g(x): return 5 * x")
     assert entry("grad(h)")["state"] == "stale"
     assert ip.run("dh(-1.0)") == 5.0
+
+
+def test_grad_backend_option_pins_a_compiler(ip: Shell) -> None:
+    ip.run("def h(x): return np.sin(x) * x")
+    ip.run("%config IPyRefresh.compiler = 'autograd'")
+    assert ip.run("%grad --backend tape h(0.0)") == 0.0
+    assert ip.run("%grad --backend autograd h(0.0)") == 0.0
+    compilers = sorted(e["compiler"] for e in ipyrefresh.status()["entries"])
+    assert compilers == ["autograd", "tape"]

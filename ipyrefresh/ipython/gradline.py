@@ -54,7 +54,7 @@ def _parse_argnum(text: str) -> int | tuple[int, ...]:
 
 def parse_line(line: str) -> GradRequest:
     """Split options from the call expression (which may contain spaces and quotes)."""
-    transform, argnum, verbose, backend = "grad", 0, False, "autograd"
+    transform, argnum, verbose, backend = "grad", 0, False, ""
     argnum_value: int | tuple[int, ...] = argnum
     pos = 0
     n = len(line)

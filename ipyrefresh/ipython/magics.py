@@ -14,12 +14,18 @@ from .._src.targets import TargetGone
 from .gradline import GradLineError, check_inputs, explain_failure, parse_call, parse_line
 
 
-def backend_compiler(backend: str) -> str | None:
-    """``--backend autograd`` uses the configured compiler; others name a compiler."""
-    if backend in ("autograd", "default"):
+def backend_compiler(backend: str, default: str) -> str | None:
+    """The compiler ``--backend`` asks for; ``None`` (no option) follows the configuration.
+
+    ``--backend autograd`` means the autograd family even when ``IPyRefresh.backend`` is
+    "jax": the configured autograd compiler (``default``, "tape" or "autograd").
+    """
+    if backend in ("", "default"):
         return None
+    if backend == "autograd":
+        return default
     if backend not in available_compilers():
-        known = ", ".join(["autograd", *sorted(available_compilers() - {"autograd", "tape"})])
+        known = ", ".join(["autograd", *sorted(available_compilers() - {"autograd"})])
         raise GradLineError(f"unknown backend {backend!r}; available: {known}")
     return backend
 
@@ -42,7 +48,7 @@ class IPyRefreshMagics(Magics):
         """
         try:
             request = parse_line(line)
-            compiler = backend_compiler(request.backend)
+            compiler = backend_compiler(request.backend, self.engine.config.compiler)
             assert self.shell is not None
             call = parse_call(request.expr, self.shell.user_ns)
             check_inputs(call, request.argnum)
