@@ -157,6 +157,8 @@ class TapeArtifact:
         except Unsupported as exc:
             self.last_event = f"autograd fallback: {exc}"
             self.note = f"some inputs run on plain autograd: {exc}"
+            variant = None
+        if variant is None:  # outside the except block: no chained internal traceback
             return self.reference(fn, args, kwargs)
         r = variant.run(fn, args, kwargs)
         if type(r) is int:  # the trace's own inputs fail its guards: not deterministic
@@ -200,8 +202,12 @@ class TapeCompiler:
             variant = compile_variant(fn, transform, argnum, args, kwargs)
         except Unsupported as exc:
             artifact.fallback = str(exc)
-            artifact.last_event = f"autograd fallback: {exc}"
-            return Built(artifact, artifact.reference(fn, args, kwargs), fallback=str(exc))
+        if artifact.fallback:
+            # Outside the except block: if the user's code raises here, its traceback
+            # must not be chained to our internal Unsupported.
+            artifact.last_event = f"autograd fallback: {artifact.fallback}"
+            result = artifact.reference(fn, args, kwargs)
+            return Built(artifact, result, fallback=artifact.fallback)
         r = variant.run(fn, args, kwargs)
         if type(r) is int:
             why = f"not deterministic: guard fails on the traced inputs: {variant.guards[r]}"
