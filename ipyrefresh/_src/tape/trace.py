@@ -84,7 +84,7 @@ class Leaf:
     how: str
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: field-wise == would compare arrays
 class Tape:
     """What one trace recorded."""
 
@@ -420,8 +420,11 @@ def record(
                     fargs[i] = xi
             out = fn(*fargs, **fkw)
     finally:
-        if tape in _ACTIVE:
-            _ACTIVE.remove(tape)
+        # By identity, and tolerant of a stale tape left by an interrupted trace.
+        for i, active in enumerate(_ACTIVE):
+            if active is tape:
+                del _ACTIVE[i]
+                break
     if isinstance(out, Box) and out._trace == tape.trace_id and type(out._node) is TapeNode:
         tape.output = out._node.slot
         return tape, out._value
