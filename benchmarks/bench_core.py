@@ -23,25 +23,12 @@ from typing import Any
 import autograd
 import numpy as np
 from IPython.core.interactiveshell import InteractiveShell
+from timing import best
 
 import ipyrefresh
 from ipyrefresh._src import handles
 from ipyrefresh._src.compilers import Built, register_compiler
 from ipyrefresh._src.engine import Engine
-
-
-def best(fn: Callable[[], Any], repeat: int = 7, number: int = 1) -> float:
-    """Seconds per call: the fastest of ``repeat`` batches of ``number`` calls.
-
-    The minimum, not the mean: on a shared 2-core machine, noise only ever adds time.
-    """
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - t0) / number)
-    return min(times)
 
 
 def fmt(seconds: float) -> str:

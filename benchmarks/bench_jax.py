@@ -23,7 +23,6 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 # Modest XLA threading: the machines this runs on have two cores shared by others.
@@ -43,6 +42,7 @@ if importlib.util.find_spec("jax") is None:
 import jax
 import numpy as np
 from IPython.core.interactiveshell import InteractiveShell
+from timing import best
 
 import ipyrefresh
 from ipyrefresh._src import handles
@@ -74,17 +74,6 @@ def run(shell: InteractiveShell, code: str) -> Any:
     if error is not None:
         raise RuntimeError(f"cell failed: {error!r}\n{code}")
     return result.result
-
-
-def best(fn: Callable[[], Any], repeat: int = 7, number: int = 1) -> float:
-    """Seconds per call, fastest of ``repeat`` batches (noise on a shared machine only adds)."""
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - t0) / number)
-    return min(times)
 
 
 def fmt(seconds: float) -> str:
