@@ -443,3 +443,14 @@ def test_grad_backend_option_pins_a_compiler(ip: Shell) -> None:
     assert ip.run("%grad --backend autograd h(0.0)") == 0.0
     compilers = sorted(e["compiler"] for e in ipyrefresh.status()["entries"])
     assert compilers == ["autograd", "tape"]
+
+
+def test_library_generated_code_is_not_a_dependency(ip: Shell) -> None:
+    # namedtuple execs its __new__ from a "<string>" in a made-up module: not user code.
+    ip.run("from collections import namedtuple\nP = namedtuple('P', 'a b')")
+    ip.run("def f(x):\n    p = P(x, 2.0)\n    return p.a * p.b")
+    ip.run("exec('def g(x):\\n    return f(x) * 3', globals())")  # the user's own exec: is
+    assert ip.run("grad(g)(1.0)") == 6.0
+    assert entry("grad(g)")["deps"] == ["P", "f", "g"]
+    ip.run("exec('def f(x):\\n    return x * 5.0', globals())")
+    assert ip.run("grad(g)(1.0)") == 15.0

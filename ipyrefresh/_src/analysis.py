@@ -19,6 +19,7 @@ import dis
 import functools
 import os
 import site
+import sys
 import sysconfig
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -114,6 +115,33 @@ def is_user_code(code: CodeType) -> bool:
     return known
 
 
+def is_user_frame(code: CodeType, globs: Mapping[str, Any]) -> bool:
+    """User code running in ``globs``. Generated code (``<string>``) counts only when it
+    runs in the user's namespace or a user module: libraries exec helpers too
+    (namedtuple's ``_tuple_new`` runs in a made-up ``namedtuple_Point`` module)."""
+    if not is_user_code(code):
+        return False
+    if not code.co_filename.startswith("<"):
+        return True
+    try:
+        name = globs.get("__name__")
+    except Exception:
+        return True
+    if type(name) is not str or name == "__main__":
+        return True
+    module = sys.modules.get(name)
+    if module is None:
+        return False
+    file = module.__dict__.get("__file__") if type(module.__dict__) is dict else None
+    if type(file) is not str:
+        return True
+    return not os.path.normcase(os.path.realpath(file)).startswith(_LIBRARY)
+
+
+def is_user_function(fn: FunctionType) -> bool:
+    return is_user_frame(fn.__code__, fn.__globals__)
+
+
 def is_primitive(fn: Any) -> bool:
     return type(fn) is FunctionType and fn.__dict__.get("_is_autograd_primitive") is True
 
@@ -168,7 +196,7 @@ def is_user_class(cls: type) -> bool:
     module = ns.get("__module__")
     if type(module) is str and module == "__main__":
         return True
-    return any(type(v) is FunctionType and is_user_code(v.__code__) for v in list(ns.values()))
+    return any(type(v) is FunctionType and is_user_function(v) for v in list(ns.values()))
 
 
 class Analyzer:
@@ -208,7 +236,7 @@ class Analyzer:
             self.value(wrapped, f"{label}.__wrapped__", label, kind)
         if is_primitive(fn):
             raw = fn.__dict__.get("fun")
-            if type(raw) is FunctionType and is_user_code(raw.__code__):
+            if type(raw) is FunctionType and is_user_function(raw):
                 self.function(raw, f"{label}.fun", kind)
 
     def code_globals(
@@ -250,7 +278,7 @@ class Analyzer:
         t = type(value)
         graph = self.graph
         if t is FunctionType:
-            if is_user_code(value.__code__):
+            if is_user_function(value):
                 graph.edge(src, label, kind)
                 self.function(value, label, kind)
             elif is_primitive(value):
@@ -323,7 +351,7 @@ class Analyzer:
         ns = type.__dict__["__dict__"].__get__(cls)
         for name, attr in list(ns.items()):
             fn = attr.__func__ if type(attr) in (staticmethod, classmethod) else attr
-            if type(fn) is FunctionType and is_user_code(fn.__code__):
+            if type(fn) is FunctionType and is_user_function(fn):
                 self.graph.add(BindingDep(ns, name, f"{label}.{name}"))
                 self.function(fn, f"{label}.{name}", kind)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import CodeType, FrameType
 from typing import Any
 
-from .analysis import is_user_code
+from .analysis import is_user_code, is_user_frame
 
 _MAX_WALK = 64
 
@@ -35,7 +35,7 @@ class CallLog:
         for _ in range(_MAX_WALK):
             if back is None or back is boundary:
                 break
-            if is_user_code(back.f_code):
+            if is_user_frame(back.f_code, back.f_globals):
                 caller = back.f_code
                 break
             back = back.f_back
@@ -55,7 +55,7 @@ def _active() -> list[tuple[CallLog, FrameType]]:
 
 
 def _profile(frame: FrameType, event: str, arg: Any) -> None:
-    if event == "call" and is_user_code(frame.f_code):
+    if event == "call" and is_user_frame(frame.f_code, frame.f_globals):
         for log, boundary in _active():
             log.add(frame, boundary)
 
@@ -131,7 +131,7 @@ def _monitoring(log: CallLog, boundary: FrameType) -> Iterator[None]:  # pragma:
     def on_start(code: CodeType, offset: int) -> Any:
         if is_user_code(code):
             frame = sys._getframe(1)
-            if frame.f_code is code:
+            if frame.f_code is code and is_user_frame(code, frame.f_globals):
                 log.add(frame, boundary)
         return None
 
