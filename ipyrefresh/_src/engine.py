@@ -452,7 +452,7 @@ class Engine:
     def status(self) -> dict[str, Any]:
         """A plain, JSON-serialisable picture of the cache (tests and the front end read it)."""
         with self.lock:
-            entries = [entry_status(e, self.world.now) for e in self.cache]
+            entries = [entry_status(e) for e in self.cache]
             fresh = sum(1 for e in entries if e["state"] == "fresh")
             return {
                 "version": 1,
@@ -556,7 +556,7 @@ def describe_entry(entry: Entry) -> str:
     return f"{entry.transform}({entry.target.label}{argnum})"
 
 
-def entry_status(entry: Entry, world: int) -> dict[str, Any]:
+def entry_status(entry: Entry) -> dict[str, Any]:
     graph = entry.graph
     state = "error" if entry.error and entry.stale else ("stale" if entry.stale else "fresh")
     return {

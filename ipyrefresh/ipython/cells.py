@@ -159,7 +159,8 @@ class SyncInserter(ast.NodeTransformer):
     def _in_loop(self, loop: ast.For | ast.AsyncFor | ast.While) -> None:
         """Inside loops, check only bindings that can matter, to keep loops fast."""
         if isinstance(loop, (ast.For, ast.AsyncFor)):
-            targets = {n for n in mentioned_store(loop.target) if self._matters(n)}
+            names = mentioned(loop.target)  # `for w[0] in ...` changes w: loaded names too
+            targets = {n for n in names.stored | names.loaded if self._watched(n)}
             if targets:
                 loop.body.insert(0, _sync_call(targets, loop.body[0]))
         body: list[ast.stmt] = []
@@ -172,14 +173,7 @@ class SyncInserter(ast.NodeTransformer):
                 names = mentioned(stmt)
                 body.append(_sync_call(None if names.dynamic else names.stored, stmt))
             elif isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
-                stored = {n for n in mentioned(stmt).stored if self._matters(n)}
+                stored = {n for n in mentioned(stmt).stored if self._watched(n)}
                 if stored:
                     body.append(_sync_call(stored, stmt))
         loop.body = body
-
-    def _matters(self, name: str) -> bool:
-        return self._watched(name)
-
-
-def mentioned_store(target: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
