@@ -169,12 +169,83 @@ def test_compile_count_cache_hits_and_new_shapes(jp: Shell, compiles: CompileCou
         assert close(jp.run(f"dh({v})"), want)
     assert compiles.count == before  # same shape and dtype: the cached executable answers
     assert close(jp.run("dh(jnp.ones(5))"), fresh[-1])
-    assert compiles.count == before + 1  # a new shape is a new entry, compiled once
-    assert len(ipyrefresh.status()["entries"]) == 2
-    # numpy arrays work too (a separate entry: they are keyed apart from jax arrays)
-    jp.run("import numpy as onp")
+    assert compiles.count == before + 1  # a new shape is compiled once, as jax.jit does
+    jp.run("y = jnp.ones(5) * 2.0")
+    want = jp.run("jax.grad(h)(y)")
+    before = compiles.count
+    assert close(jp.run("dh(y)"), want)
+    assert close(jp.run("dh(x)"), fresh[0])
+    assert compiles.count == before  # both shapes stay compiled
+    jp.run("import numpy as onp")  # numpy arrays and Python floats work too
     got = jp.run("dh(onp.array([0.3, -1.2, 2.0], dtype=onp.float32))")
     assert close(got, jp.run("jax.grad(h)(x)"))
+    assert close(jp.run("dh(0.7)"), jp.run("jax.grad(h)(0.7)"))
+    # Like jax.jit, one entry serves every shape, dtype and kind of array.
+    (e,) = ipyrefresh.status()["entries"]
+    assert (e["builds"], e["hits"]) == (1, 9)
+
+
+def test_a_new_shape_runs_the_current_code_and_records_what_it_calls(jp: Shell) -> None:
+    """JAX's own dispatch answers a cached call of any shape; a shape it has not seen
+    traces the current code again, and what that trace calls becomes a dependency."""
+    jp.run("def small(x): return jnp.sin(x)")
+    jp.run("def large(x): return jnp.cos(x)")
+    # Dynamic dispatch that static analysis cannot follow: only the run shows the callee.
+    jp.run("def h(x): return jnp.sum(globals()['small' if x.shape[0] < 4 else 'large'](x) ** 2)")
+    jp.run("dh = rj.grad(h)")
+    jp.run("y = jnp.linspace(-1.0, 1.0, 6)")
+    assert close(jp.run("dh(x)"), jp.run("jax.grad(h)(x)"))
+    assert close(jp.run("dh(x)"), jp.run("jax.grad(h)(x)"))  # the direct path
+    assert "large" not in entry("grad(h)")["deps"]
+    assert close(jp.run("dh(y)"), jp.run("jax.grad(h)(y)"))  # traced again, for shape 6
+    assert "large" in entry("grad(h)")["deps"]
+    jp.run("def large(x): return jnp.tanh(3.0 * x)")
+    assert entry("grad(h)")["state"] == "stale"
+    assert close(jp.run("dh(y)"), jp.run("jax.grad(h)(y)"))
+    assert close(jp.run("dh(x)"), jp.run("jax.grad(h)(x)"))
+
+
+def test_a_new_shape_does_not_reuse_old_traces_of_jitted_callees(jp: Shell) -> None:
+    """A retrace for a new shape after the notebook changed a global of a ``jax.jit``
+    callee no handle depends on yet must not reuse JAX's trace of that callee."""
+    jp.run("a = 2.0")
+    jp.run("@jax.jit\ndef scaled(x): return a * jnp.sin(x)")
+    jp.run(
+        "def h(x):\n"
+        "    if x.shape[0] > 4:\n"  # a callee static analysis cannot see
+        "        return jnp.sum(globals()['scaled'](x) ** 2)\n"
+        "    return jnp.sum(x ** 2)"
+    )
+    jp.run("dh = rj.grad(h)")
+    jp.run("y = jnp.linspace(-1.0, 1.0, 6)")
+    jp.run("dh(x)")
+    # Plain JAX traces scaled with a = 2.0 and caches the trace (after dh's build).
+    jp.run("jax.jit(jax.grad(lambda v: jnp.sum(scaled(v) ** 2)))(y)")
+    jp.run("a = 5.0")  # dh does not depend on a (yet): its entry stays fresh
+    assert entry("grad(h)")["state"] == "fresh"
+    with jax.disable_jit():
+        want = jp.run("jax.grad(h)(y)")
+    assert close(jp.run("dh(y)"), want)
+    jp.run("a = 7.0")  # now it does
+    assert entry("grad(h)")["state"] == "stale"
+    with jax.disable_jit():
+        want = jp.run("jax.grad(h)(y)")
+    assert close(jp.run("dh(y)"), want)
+
+
+def test_values_keyed_by_value_never_take_the_direct_path(jp: Shell) -> None:
+    """An entry built for arrays must not answer for an ``int`` or a tuple of ints, which
+    ``jax.grad`` passes to the code as Python values; those get entries of their own."""
+    jp.run(
+        "def p(x, n):\n"
+        "    m = n[0] if type(n) is tuple else n\n"
+        "    return jnp.sum(x ** 2 * (m if isinstance(m, int) else 10.0 * m))"
+    )
+    jp.run("dp = rj.grad(p)")
+    jp.run("z = jnp.array([0.5, 1.0, -2.0])")
+    calls = ("dp(z, z)", "dp(z, z)", "dp(z, 3)", "dp(z, (3,))", "dp(z, (z,))", "dp(z, 2)")
+    for call in (*calls, *calls):
+        assert close(jp.run(call), jp.run(call.replace("dp(", "jax.grad(p)("))), call
 
 
 def test_transforms_argnums_kwargs_and_static_args(jp: Shell) -> None:
@@ -231,6 +302,26 @@ def test_value_dependent_python_code_falls_back_to_plain_jax(jp: Shell) -> None:
     for v in ("x", "-x"):
         assert close(jp.run(f"rj.grad(branchy)({v})"), jp.run(f"jax.grad(branchy)({v})"))
     assert entry("grad(branchy)")["fallback"].startswith("not jitted")
+    # Code that needs concrete values only at some shapes: jitted until it does, then
+    # unjitted for every call, and still recording what it calls.
+    jp.run("def wide(x): return jnp.sum(x)")
+    jp.run(
+        "def shapey(x):\n"
+        "    if x.shape[0] > 3:\n"
+        "        return (jnp.sum(x ** 2) if x[0] > 0 else jnp.sum(x)) + globals()['wide'](x)\n"
+        "    return jnp.sum(jnp.sin(x))\n"
+    )
+    jp.run("ds = rj.grad(shapey)")
+    jp.run("y = jnp.array([0.5, -1.0, 2.0, 0.25])")
+    for v in ("x", "x", "y", "x", "y"):
+        assert close(jp.run(f"ds({v})"), jp.run(f"jax.grad(shapey)({v})")), v
+    e = entry("grad(shapey)")
+    assert e["fallback"].startswith("not jitted: needs concrete values")
+    assert "wide" in e["deps"]
+    jp.run("def wide(x): return jnp.sum(3.0 * x)")
+    assert entry("grad(shapey)")["state"] == "stale"
+    for v in ("y", "x"):
+        assert close(jp.run(f"ds({v})"), jp.run(f"jax.grad(shapey)({v})")), v
     # what fresh jax.grad rejects, the handle rejects too, with the same error
     jp.run("def vec(x): return x * 2.0")
     theirs = jp.run_error("jax.grad(vec)(x)")
@@ -515,6 +606,7 @@ def test_random_redefinitions_match_fresh_jax_grad(
     jp: Shell, engine: Engine, x64: None, seed: int
 ) -> None:
     rng = random.Random(seed)
+    rng_np = onp.random.default_rng(seed)
     model = Model(rng)
     jp.run(HEADER)
     jp.run(model.p_source())
@@ -563,7 +655,10 @@ def test_random_redefinitions_match_fresh_jax_grad(
 
     check_all(onp.array([0.3, -0.7, 1.1]))
     for _ in range(STEPS):
-        x = onp.round(onp.array([rng.uniform(-1, 1) for _ in range(3)]), 3)
+        # Mostly one shape (cached calls take the direct path); sometimes another, which
+        # JAX traces again inside a fresh entry, under the call recorder.
+        shape = (2, 3) if rng.random() < 0.2 else (3,)
+        x = onp.round(rng_np.uniform(-1, 1, size=shape), 3)
         action = rng.random()
         changed: set[str] = set()
         if action < 0.45:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .world import NEVER
+
+if TYPE_CHECKING:
+    from .compilers import Direct
 
 _ids = itertools.count(1)
 
@@ -27,6 +30,7 @@ class Entry:
         "builds",
         "compiler",
         "dep_keys",
+        "direct",
         "error",
         "example",
         "fallback",
@@ -55,6 +59,7 @@ class Entry:
         self.argnum = argnum
         self.signature = signature
         self.artifact: Callable[..., Any] | None = None
+        self.direct: Direct | None = None
         self.fn: Any = None
         self.world = NEVER
         self.stale = True
@@ -81,6 +86,7 @@ class Entry:
         self.stale = True
         self.world = NEVER
         self.artifact = None
+        self.direct = None
         self.fn = None
         if reason not in self.reasons and len(self.reasons) < 8:
             self.reasons.append(reason)

@@ -26,15 +26,35 @@ TRANSFORMS: dict[str, Callable[..., Any]] = {
 }
 
 
+class Direct:
+    """A way to call a compiled derivative without a signature lookup.
+
+    ``call(*args)`` computes the derivative for any positional arguments that ``types``
+    holds the type of, or that ``accepts`` — not only for the build's signature — and
+    runs the current code whenever it must trace again. A handle takes this path while its
+    entry is current, and falls back to the full path if ``call`` raises.
+    """
+
+    __slots__ = ("accepts", "call", "types")
+
+    def __init__(
+        self, call: Callable[..., Any], types: frozenset[type], accepts: Callable[[Any], bool]
+    ) -> None:
+        self.call = call
+        self.types = types
+        self.accepts = accepts
+
+
 @dataclass
 class Built:
     """What a build produced: the artifact, the result for the example call, and, if the
-    compiler fell back to something slower, why."""
+    compiler fell back to something slower, why; ``direct``, if it offers one."""
 
     artifact: Artifact
     result: Any
     fallback: str = ""
     detail: str = ""
+    direct: Direct | None = None
 
 
 class Compiler(Protocol):

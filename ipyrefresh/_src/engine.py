@@ -278,6 +278,7 @@ class Engine:
                 self._invalidate(changes)
         entry.graph = _Summary(graph, log.note)
         entry.artifact = built.artifact
+        entry.direct = built.direct
         entry.fn = _ref_to(fn) if target.follows else target.ref
         entry.compiler = compiler.name
         entry.fallback = built.fallback

@@ -4,6 +4,10 @@
 reaches) and the next ``dh(x)`` answers for the new code. Outside IPython a handle is
 bound to the function it was given, like autograd's, and checks that function's
 recorded dependencies on every call, so it never answers stale silently either.
+
+A call looks up its entry by argument signature, unless the handle's last entry offers a
+direct path (``compilers.Direct``: JAX entries do) and is still current: then it is only a
+world compare and a type check away from the compiled function.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 from .analysis import type_name
 from .cache import Entry
 from .engine import Engine, check_differentiable
-from .signature import call_signature
+from .signature import arg_signature, call_signature, shape_free_signature
 from .targets import Target
 
 _MAX_HANDLE_ENTRIES = 64
@@ -48,6 +52,8 @@ class Derivative:
         "_engine",
         "_entries",
         "_fun",
+        "_hot",
+        "_key",
         "_world",
         "argnum",
         "compiler",
@@ -64,6 +70,8 @@ class Derivative:
         check_differentiable(fun, label)
         self.transform = transform
         self.compiler = compiler or (engine.config.backend == "jax" and "jax") or None
+        # jax.jit dispatches on shapes itself: one JAX entry serves them all.
+        self._key = shape_free_signature if self.compiler == "jax" else arg_signature
         self._engine = engine
         self._world = engine.world
         self.target: Target = engine.target_for(fun)
@@ -74,15 +82,38 @@ class Derivative:
             engine.hold(self.target)
             weakref.finalize(self, engine.release, self.target)
         self._entries: dict[Hashable, Entry] = {}
+        # The last entry used, if its compiler gave it a direct path (``Built.direct``).
+        self._hot: Entry | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        sig = call_signature(args, kwargs)
+        hot = self._hot
+        if hot is not None and not kwargs and hot.world == self._world.now:
+            # The direct path: no signature, no lookup. It takes arguments of the types
+            # it declares; the compiled function dispatches on shapes itself.
+            direct = hot.direct
+            if direct is not None:  # else: invalidated by another thread
+                types = direct.types
+                for a in args:
+                    if type(a) not in types and not direct.accepts(a):
+                        break
+                else:
+                    try:
+                        result = direct.call(*args)
+                    except Exception:
+                        # The full path below answers, or explains; this entry is not
+                        # taken directly again (a failed retrace can cost milliseconds).
+                        hot.direct = self._hot = None
+                    else:
+                        hot.hits += 1
+                        return result
+        sig = call_signature(args, kwargs, self._key)
         entry = self._entries.get(sig)
         if entry is not None and entry.world == self._world.now:
             artifact, ref = entry.artifact, entry.fn
             if artifact is not None and ref is not None:  # else: invalidated by another thread
                 entry.hits += 1
                 entry.last_event = "cache hit"
+                self._hot = entry if entry.direct is not None else None
                 return artifact(ref(), args, kwargs)
         if entry is None:
             if len(self._entries) >= _MAX_HANDLE_ENTRIES:
@@ -92,6 +123,7 @@ class Derivative:
             )
         entry, result = self._engine.call(entry, args, kwargs)
         self._entries[sig] = entry
+        self._hot = entry if entry.direct is not None else None
         return result
 
     @property

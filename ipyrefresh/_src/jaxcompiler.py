@@ -6,15 +6,19 @@ arguments, not on what ``h`` calls, so it answers stale after a callee is redefi
 every entry gets its own jitted wrapper around a *trampoline* that reaches the function
 through a weak reference. The engine records which Python functions ran while the
 wrapper was traced (the trace runs exactly those), watches them, and on a change drops
-the entry's artifact — and with it the jitted wrapper and its XLA executable — so that
+the entry's artifact — and with it the jitted wrapper and its XLA executables — so that
 only affected entries are traced and compiled again, at their next call.
 
 Arguments that the cache keys by value (ints, strings, ``None``, tuples of those) are
 baked into the trace as constants, as a fresh ``jax.grad`` sees them as Python values;
-arrays, floats and pytrees of them are traced. Code that needs a traced argument's value
-in Python (``if b > 0`` on an argument that is not differentiated) cannot be jitted; such
-entries run the plain, unjitted JAX transform instead: slower, still right, and reported
-as a fallback.
+arrays, floats and pytrees of them are traced. Like ``jax.jit``, an entry serves every
+shape and dtype (handles key JAX entries without shapes): JAX traces again for new ones,
+and such a retrace runs the current code under the call recorder too. A handle calls an
+entry whose arguments are all traced straight through ``jax.jit``'s own C++ dispatch
+(``compilers.Direct``), which is what keeps a cached call close to a bare jitted call.
+Code that needs a traced argument's value in Python (``if b > 0`` on an argument that is
+not differentiated) cannot be jitted; such entries run the plain, unjitted JAX transform
+instead: slower, still right, and reported as a fallback.
 
 This module imports jax; it is imported only when a "jax" compiler is first made.
 """
@@ -34,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .analysis import is_user_code
-from .compilers import Artifact, Built
+from .compilers import Artifact, Built, Direct
 
 _RECORDER = __name__.rpartition(".")[0] + ".recorder"
 
@@ -157,6 +161,12 @@ _NEEDS_CONCRETE: tuple[type[BaseException], ...] = (
 )
 
 _VALUE_TYPES = (int, bool, str, bytes, type(None))
+#: Types of arguments that are always traced, never keyed by value: a direct call
+#: takes these without a closer look (``_is_traced`` looks at the others).
+_TRACED_TYPES = frozenset(
+    {type(jax.device_put(np.float32(0))), np.ndarray, float, complex}
+    | {np.float16, np.float32, np.float64}
+)
 _ARRAY_LEAVES = (jax.Array, np.ndarray, np.generic, float, int, complex, bool)
 
 
@@ -179,6 +189,10 @@ def _is_static(x: Any) -> bool:
     return False
 
 
+def _is_traced(x: Any) -> bool:
+    return not _is_static(x)
+
+
 def _not_traceable(x: Any) -> str:
     """Why ``jax.jit`` cannot take ``x`` as a traced argument ("" if it can)."""
     for leaf in jax.tree_util.tree_leaves(x):
@@ -192,6 +206,92 @@ def _weak(fn: Any) -> Callable[[], Any]:
         return weakref.ref(fn)
     except TypeError:  # not weakly referenceable: the engine holds such targets strongly too
         return lambda: fn
+
+
+class _Jitted:
+    """One entry's artifact: ``jax.jit`` of the JAX transform of a *trampoline*, a
+    function that reaches the user's function through a weak reference.
+
+    Arguments keyed by value are constants of the trace; the others are traced. Like
+    ``jax.jit``, it serves every shape and dtype: JAX traces again for new ones, and such
+    a retrace runs the current code (the engine calls an entry only while it is current)
+    under the engine's ``watch``, so that what it calls becomes a dependency too.
+    """
+
+    def __init__(
+        self,
+        fn: Any,
+        op: Callable[..., Any],
+        argnum: Any,
+        dyn: list[int],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        self.op, self.argnum, self.dyn = op, argnum, dyn
+        self.kw_dyn = [k for k, v in kwargs.items() if not _is_static(v)]
+        self.consts = {i: a for i, a in enumerate(args) if i not in dyn}
+        self.kw_consts = {k: v for k, v in kwargs.items() if k not in self.kw_dyn}
+        self.nargs = len(args)
+        self.building = True
+        #: Set by the engine: runs a callable under the call recorder.
+        self.watch: Callable[[Callable[[], Any]], Any] | None = None
+        #: Why this entry stopped jitting after its build ("" while it jits).
+        self.note = ""
+        position = {i: n for n, i in enumerate(dyn)}
+        dyn_argnum = (
+            tuple(position[i] for i in argnum) if type(argnum) is tuple else position[argnum]
+        )
+        self.jitted = jax.jit(op(self._trampoline(fn), dyn_argnum))
+
+    def _trampoline(self, fn: Any) -> Callable[..., Any]:
+        ref, me = _weak(fn), weakref.ref(self)
+
+        def trampoline(*dyn_args: Any, **dyn_kwargs: Any) -> Any:
+            owner, f = me(), ref()
+            if owner is None or f is None:  # pragma: no cover - dropped with its entry
+                raise ReferenceError("the function of this derivative no longer exists")
+            if owner.building:
+                return owner.call_user(f, dyn_args, dyn_kwargs)
+            # A retrace, for arguments of new shapes, dtypes or weak types. It must not
+            # reuse JAX's old traces of user code, and what it calls is recorded.
+            _clear_staging_caches()
+            watch = owner.watch
+            if watch is None:  # pragma: no cover - the engine always sets it
+                return owner.call_user(f, dyn_args, dyn_kwargs)
+            return watch(lambda: owner.call_user(f, dyn_args, dyn_kwargs))
+
+        trampoline.__name__ = trampoline.__qualname__ = getattr(fn, "__name__", "fun")
+        trampoline._ipyrefresh_trampoline = True  # type: ignore[attr-defined]
+        return trampoline
+
+    def call_user(self, f: Any, dyn_args: tuple[Any, ...], dyn_kwargs: dict[str, Any]) -> Any:
+        if not self.consts and not self.kw_consts:
+            return f(*dyn_args, **dyn_kwargs)
+        it = iter(dyn_args)
+        full = [self.consts[i] if i in self.consts else next(it) for i in range(self.nargs)]
+        return f(*full, **self.kw_consts, **dyn_kwargs)
+
+    def split(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """The traced arguments of a call."""
+        return [args[i] for i in self.dyn], {k: kwargs[k] for k in self.kw_dyn}
+
+    def __call__(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not self.note:
+            try:
+                if not self.consts and not kwargs:
+                    return self.jitted(*args)
+                dyn_args, dyn_kwargs = self.split(args, kwargs)
+                return self.jitted(*dyn_args, **dyn_kwargs)
+            except _NEEDS_CONCRETE as exc:
+                if self.building:
+                    raise
+                # Arguments of another shape made the code need concrete values: from
+                # now on this entry runs unjitted, as a fallback built so would.
+                self.note = f"not jitted: needs concrete values ({type(exc).__name__})"
+        run = functools.partial(self.op(fn, self.argnum), *args, **kwargs)
+        return self.watch(run) if self.watch is not None else run()
 
 
 class JaxCompiler:
@@ -216,7 +316,7 @@ class JaxCompiler:
         _clear_staging_caches()  # the trace must run the current Python code
         diff = argnum if type(argnum) is tuple else (argnum,)
         dyn = [i for i, a in enumerate(args) if i in diff or not _is_static(a)]
-        kw_dyn = [k for k, v in kwargs.items() if not _is_static(v)]
+        kw_dyn = [k for k, v in kwargs.items() if not _is_static(v)]  # checked below
         why = ""
         if any(i < 0 or i >= len(args) for i in diff):
             why = "argnum out of range"
@@ -227,47 +327,25 @@ class JaxCompiler:
         if why:
             return self._plain(fn, op, argnum, args, kwargs, why)
 
-        ref = _weak(fn)
-        consts = {i: a for i, a in enumerate(args) if i not in dyn}
-        kw_consts = {k: v for k, v in kwargs.items() if k not in kw_dyn}
-        nargs = len(args)
-        position = {i: n for n, i in enumerate(dyn)}
-        dyn_argnum = (
-            tuple(position[i] for i in argnum) if type(argnum) is tuple else position[argnum]
-        )
-
-        def trampoline(*dyn_args: Any, **dyn_kwargs: Any) -> Any:
-            f = ref()
-            if f is None:  # pragma: no cover - the entry is dropped before its function dies
-                raise ReferenceError("the function of this derivative no longer exists")
-            it = iter(dyn_args)
-            full = [consts[i] if i in consts else next(it) for i in range(nargs)]
-            return f(*full, **kw_consts, **dyn_kwargs)
-
-        trampoline.__name__ = trampoline.__qualname__ = getattr(fn, "__name__", "fun")
-        trampoline._ipyrefresh_trampoline = True  # type: ignore[attr-defined]
-        jitted = jax.jit(op(trampoline, dyn_argnum))
-
-        if not consts and not kwargs:
-
-            def artifact(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-                return jitted(*args)
-
-        else:
-
-            def artifact(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-                return jitted(*[args[i] for i in dyn], **{k: kwargs[k] for k in kw_dyn})
-
+        jitted = _Jitted(fn, op, argnum, dyn, args, kwargs)
         try:
-            trace = getattr(jitted, "trace", None)
+            trace = getattr(jitted.jitted, "trace", None)
             if trace is not None:  # the Python code runs here, under the call recorder
-                trace(*[args[i] for i in dyn], **{k: kwargs[k] for k in kw_dyn})
+                dyn_args, dyn_kwargs = jitted.split(args, kwargs)
+                trace(*dyn_args, **dyn_kwargs)
             with _unrecorded():  # lowering and XLA compilation run no user code
-                result = artifact(fn, args, kwargs)
+                result = jitted(fn, args, kwargs)
         except _NEEDS_CONCRETE as exc:
             reason = f"needs concrete values under jax.jit ({type(exc).__name__})"
             return self._plain(fn, op, argnum, args, kwargs, reason)
-        return Built(artifact, result, detail="jax.jit compiled")
+        finally:
+            jitted.building = False
+        direct = None
+        if not jitted.consts and not kwargs:
+            # Every argument is traced: a call with no keywords whose arguments are all
+            # traced too can go straight to ``jax.jit``'s function, which checks shapes.
+            direct = Direct(jitted.jitted, _TRACED_TYPES, _is_traced)
+        return Built(jitted, result, detail="jax.jit compiled", direct=direct)
 
     def _plain(
         self,

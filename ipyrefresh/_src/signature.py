@@ -8,7 +8,7 @@ code typically branches or loops on them.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
@@ -65,11 +65,36 @@ def arg_signature(x: Any) -> Hashable:
     return ("object", *(n if type(n) is str else "?" for n in names))
 
 
-def call_signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Hashable:
+def shape_free_signature(x: Any) -> Hashable:
+    """Like ``arg_signature``, but arrays are keyed by their type alone.
+
+    For compilers whose compiled functions dispatch on shapes and dtypes themselves, as
+    ``jax.jit`` does: one entry serves them all.
+    """
+    t = type(x)
+    if t is np.ndarray:
+        return ("ndarray",)
+    jax_array = _JAX_TYPES.get(t)
+    if jax_array is None:
+        jax_array = _is_jax_array_type(t)
+    if jax_array:
+        return ("jax",)
+    if t is tuple or t is list:
+        return (t.__name__, *map(shape_free_signature, x))
+    if t is dict:
+        return ("dict", *((k, shape_free_signature(v)) for k, v in x.items()))
+    return arg_signature(x)
+
+
+def call_signature(
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    key: Callable[[Any], Hashable] = arg_signature,
+) -> Hashable:
     """The part of a cache key that depends on the call's arguments."""
     if kwargs:
         return (
-            tuple(map(arg_signature, args)),
-            tuple(sorted((k, arg_signature(v)) for k, v in kwargs.items())),
+            tuple(map(key, args)),
+            tuple(sorted((k, key(v)) for k, v in kwargs.items())),
         )
-    return tuple(map(arg_signature, args))
+    return tuple(map(key, args))
