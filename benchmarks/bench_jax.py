@@ -179,10 +179,12 @@ def call_overhead(shell: InteractiveShell, out: list[str]) -> None:
         floor = _Forward(plain)
         jax.block_until_ready((plain(*args), ours(*args), floor(*args)))
         number, rounds = (2000, 30) if name == "tiny" else (300, 15)
-        # Interleaved so that all three see the same machine load; the best of each.
+        # Interleaved so that all three see the same machine load, in a rotating order
+        # (whichever runs first in a round is measurably slower); the best of each.
         times: dict[str, list[float]] = {"plain": [], "ours": [], "floor": []}
-        for _ in range(rounds):
-            for key, fn in (("plain", plain), ("ours", ours), ("floor", floor)):
+        order = [("plain", plain), ("ours", ours), ("floor", floor)]
+        for r in range(rounds):
+            for key, fn in order[r % 3 :] + order[: r % 3]:
                 times[key].append(best(lambda f=fn, a=args: f(*a), repeat=1, number=number))
         p, o, f = (min(times[k]) for k in ("plain", "ours", "floor"))
         out.append(f"| {label} | {fmt(p)} | {fmt(o)} | {o / p:.2f}x | {f / p:.2f}x |")
