@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import autograd
 import pytest
@@ -20,26 +20,16 @@ from ipyrefresh._src.compilers import available_compilers
 from ipyrefresh._src.engine import Engine
 
 from .conftest import Shell
+from .notebook_model import N_DATA, N_FUNCS, NotebookModel
 
-N_FUNCS = 6
-N_DATA = 2
 STEPS = int(os.environ.get("IPYREFRESH_DIFF_STEPS", "1500"))
 PRIMS = ["np.sin(x)", "np.cos(x)", "np.tanh(x)", "x ** 2", "np.exp(0.1 * x)", "x * x * x"]
 HEADER = "import autograd.numpy as np\nfrom autograd.extend import primitive, defvjp\n"
 
 
 @dataclass
-class Model:
-    """What the notebook currently defines, as source, plus what each entry was built from."""
-
-    rng: random.Random
-    funcs: dict[str, str] = field(default_factory=dict)  # name -> source of def
-    calls: dict[str, set[str]] = field(default_factory=dict)  # name -> names its body uses
-    data: dict[str, float] = field(default_factory=dict)
-    w: list[float] = field(default_factory=lambda: [0.5, -0.25, 1.0])
-    rule: float = 2.0
-    built_deps: dict[str, set[str]] = field(default_factory=dict)  # entry -> deps at build
-    stale: set[str] = field(default_factory=set)
+class Model(NotebookModel):
+    """Functions of a float built from autograd primitives, a custom VJP ``p``."""
 
     def term(self, i: int) -> tuple[str, set[str]]:
         r = self.rng
@@ -68,41 +58,18 @@ class Model:
             return src, uses | more
         return f"def f{i}(x):\n    return {expr}\n", uses
 
-    def closure(self, name: str) -> set[str]:
-        """Every name ``name``'s code can reach now (statically: untaken branches count)."""
-        seen: set[str] = set()
-        todo = [name]
-        while todo:
-            n = todo.pop()
-            if n in seen:
-                continue
-            seen.add(n)
-            if n in self.funcs:
-                todo.extend(self.calls[n])
-        return seen
-
-    def invalidate(self, changed: set[str]) -> None:
-        """What the engine must do on a change: mark exactly the dependents stale."""
-        for name, deps in self.built_deps.items():
-            if deps & changed:
-                self.stale.add(name)
+    def rule_cell(self) -> str:
+        return f"defvjp(p, lambda ans, x: lambda g: g * {self.rule} * x)"
 
     def expect_call(self, name: str, x: float) -> tuple[float | None, bool]:
         """The oracle's answer, and whether the engine must (successfully) rebuild."""
         want = self.oracle(name, x)
-        if name not in self.stale:
-            return want, False  # a hit; an error raised at run time leaves it fresh
-        if want is None:
-            return None, False  # the rebuild fails: still stale
-        self.stale.discard(name)
-        self.built_deps[name] = self.closure(name)
-        return want, True
+        return want, self.rebuilds(name, want is not None)
 
     def oracle(self, name: str, x: float) -> float | None:
         """Fresh autograd on freshly defined code (None: the code cannot run)."""
         ns: dict = {}
-        src = HEADER + "@primitive\ndef p(x):\n    return x * x\n"
-        src += f"defvjp(p, lambda ans, x: lambda g: g * {self.rule} * x)\n"
+        src = HEADER + "@primitive\ndef p(x):\n    return x * x\n" + self.rule_cell() + "\n"
         src += "".join(f"{k} = {v!r}\n" for k, v in self.data.items())
         src += f"w = np.array({self.w!r})\n" + "".join(self.funcs.values())
         exec(src, ns)
@@ -151,15 +118,13 @@ def test_random_redefinitions_match_fresh_autograd(
     model = Model(rng)
     ip.run(f"%config IPyRefresh.compiler = {compiler!r}")
     ip.run(HEADER + "@primitive\ndef p(x):\n    return x * x\n")
-    ip.run(f"defvjp(p, lambda ans, x: lambda g: g * {model.rule} * x)")
+    ip.run(model.rule_cell())
     ip.run("w = np.array([0.5, -0.25, 1.0])")
     for k in range(N_DATA):
         model.data[f"a{k}"] = 1.0 + k
         ip.run(f"a{k} = {model.data[f'a{k}']!r}")
     for i in range(N_FUNCS):
-        src, uses = model.new_body(i)
-        model.funcs[f"f{i}"], model.calls[f"f{i}"] = src, uses
-        ip.run(src)
+        model.define(i, ip.run)
         ip.run(f"d{i} = grad(f{i})")
     model.stale = {f"f{i}" for i in range(N_FUNCS)}
     check_all(ip, engine, model, 0.3)
@@ -168,35 +133,8 @@ def test_random_redefinitions_match_fresh_autograd(
     for _ in range(STEPS):
         x = round(rng.uniform(-1.0, 1.0), 3)
         action = rng.random()
-        changed: set[str]
-        if action < 0.4:
-            i = rng.randrange(N_FUNCS)
-            src, uses = model.new_body(i)
-            model.funcs[f"f{i}"], model.calls[f"f{i}"] = src, uses
-            ip.run(src)
-            changed = {f"f{i}"}
-        elif action < 0.55:
-            k = rng.randrange(N_DATA)
-            model.data[f"a{k}"] = round(rng.uniform(-3, 3), 3)
-            ip.run(f"a{k} = {model.data[f'a{k}']!r}")
-            changed = {f"a{k}"}
-        elif action < 0.65:
-            j = rng.randrange(3)
-            model.w[j] = round(rng.uniform(-1, 1), 3)
-            ip.run(f"w[{j}] = {model.w[j]!r}")
-            changed = {"w"}
-        elif action < 0.72:
-            model.rule = round(rng.uniform(-3, 3), 3)
-            ip.run(f"defvjp(p, lambda ans, x: lambda g: g * {model.rule} * x)")
-            changed = {"p"}
-        elif action < 0.8:
-            i = rng.randrange(N_FUNCS)
-            changed = set()
-            if f"f{i}" in model.funcs:
-                del model.funcs[f"f{i}"]
-                ip.run(f"del f{i}")
-                changed = {f"f{i}"}
-        elif action < 0.9:
+        changed = model.change(action, (0.4, 0.15, 0.1, 0.07, 0.08), ip.run)
+        if changed is None and action < 0.9:
             # Redefine a callee and differentiate in the same cell, before and after.
             i, j = rng.randrange(N_FUNCS), rng.randrange(N_FUNCS)
             builds = engine.stats["builds"]
@@ -214,11 +152,9 @@ def test_random_redefinitions_match_fresh_autograd(
             check_value(f"f{i}", ip.ns["_after"], after, model)
             assert engine.stats["builds"] - builds == rebuilt_before + rebuilt_after
             mid_cell_checks += 1
-            changed = set()
-        else:
+        elif changed is None:
             ip.run("z = 1")
-            changed = set()
-        model.invalidate(changed)
+        model.invalidate(changed or set())
         check_all(ip, engine, model, x)
     assert mid_cell_checks > 0
     status = engine.status()

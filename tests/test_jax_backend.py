@@ -13,7 +13,7 @@ import subprocess
 import sys
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as onp
@@ -29,6 +29,7 @@ import ipyrefresh  # noqa: E402
 from ipyrefresh._src.engine import Engine  # noqa: E402
 
 from .conftest import Shell  # noqa: E402
+from .notebook_model import N_DATA, N_FUNCS, NotebookModel  # noqa: E402
 
 JAX_IMPORTS = (
     "import jax, jax.numpy as jnp\n"
@@ -492,8 +493,6 @@ def test_without_jax_everything_else_works() -> None:
 
 # -- differential: random call graphs and redefinitions against fresh jax.grad -------------
 
-N_FUNCS = 6
-N_DATA = 2
 STEPS = int(os.environ.get("IPYREFRESH_JAX_DIFF_STEPS", "200"))
 SEEDS = [int(s) for s in os.environ.get("IPYREFRESH_JAX_DIFF_SEEDS", "7").split(",")]
 PRIMS = ["jnp.sin(x)", "jnp.cos(x)", "jnp.tanh(x)", "x ** 2", "jnp.exp(0.1 * x)", "x * x * x"]
@@ -501,17 +500,10 @@ HEADER = "import jax, jax.numpy as jnp\nimport numpy as onp\nfrom jax import lax
 
 
 @dataclass
-class Model:
-    """What the notebook defines, as source, and what each entry was built from."""
+class Model(NotebookModel):
+    """Array functions with jitted callees, ``lax.cond`` and a ``custom_jvp`` rule ``p``."""
 
-    rng: random.Random
-    funcs: dict[str, str] = field(default_factory=dict)  # name -> source of its def
-    calls: dict[str, set[str]] = field(default_factory=dict)  # name -> names its body uses
-    data: dict[str, float] = field(default_factory=dict)
-    w: list[float] = field(default_factory=lambda: [0.5, -0.25, 1.0])
-    rule: float = 2.0
-    built: dict[str, set[str]] = field(default_factory=dict)  # entry -> its deps when built
-    stale: set[str] = field(default_factory=set)
+    rule_names: frozenset[str] = frozenset({"p", "p_jvp"})
 
     def term(self, i: int) -> tuple[str, set[str]]:
         r = self.rng
@@ -542,28 +534,13 @@ class Model:
         uses: set[str] = set().union(*(u for _, u in terms))
         return f"def f{i}(x):\n    return {expr}\n", uses
 
-    def closure(self, name: str) -> set[str]:
-        seen: set[str] = set()
-        todo = [name]
-        while todo:
-            n = todo.pop()
-            if n not in seen:
-                seen.add(n)
-                todo.extend(self.calls.get(n, ()))
-        return seen
-
-    def invalidate(self, changed: set[str]) -> None:
-        for name, deps in self.built.items():
-            if deps & changed:
-                self.stale.add(name)
-
     def source(self) -> str:
-        src = HEADER + self.p_source()
+        src = HEADER + self.rule_cell()
         src += "".join(f"{k} = {v!r}\n" for k, v in self.data.items())
         src += f"w = onp.array({self.w!r})\n" + "".join(self.funcs.values())
         return src
 
-    def p_source(self) -> str:
+    def rule_cell(self) -> str:
         return (
             "@jax.custom_jvp\ndef p(x):\n    return x * x\n"
             "def p_jvp(primals, tangents):\n"
@@ -591,14 +568,6 @@ class Model:
                 answers[name] = None
         return answers
 
-    def expect_call(self, name: str, want: onp.ndarray | None) -> bool:
-        """Whether the engine must (successfully) rebuild ``name``'s entry now."""
-        if name not in self.stale or want is None:
-            return False  # a hit, or a rebuild that fails (the entry stays stale)
-        self.stale.discard(name)
-        self.built[name] = self.closure(name)
-        return True
-
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
@@ -609,15 +578,13 @@ def test_random_redefinitions_match_fresh_jax_grad(
     rng_np = onp.random.default_rng(seed)
     model = Model(rng)
     jp.run(HEADER)
-    jp.run(model.p_source())
+    jp.run(model.rule_cell())
     jp.run(f"w = onp.array({model.w!r})")
     for k in range(N_DATA):
         model.data[f"a{k}"] = 1.0 + k
         jp.run(f"a{k} = {model.data[f'a{k}']!r}")
     for i in range(N_FUNCS):
-        src, uses = model.new_body(i)
-        model.funcs[f"f{i}"], model.calls[f"f{i}"] = src, uses
-        jp.run(src)
+        model.define(i, jp.run)
         model.funcs[f"s{i}"] = f"def s{i}(x):\n    return jnp.sum(f{i}(x))\n"
         model.calls[f"s{i}"] = {f"f{i}"}
         jp.run(model.funcs[f"s{i}"])
@@ -633,7 +600,7 @@ def test_random_redefinitions_match_fresh_jax_grad(
         rebuilt_now: list[str] = []
         for i in range(N_FUNCS):
             want = answers[f"s{i}"]
-            rebuilt = model.expect_call(f"s{i}", want)
+            rebuilt = model.rebuilds(f"s{i}", want is not None)
             jp.ns["_got"] = None
             jp.run(f"try:\n    _got = onp.asarray(d{i}(_x))\nexcept NameError:\n    pass")
             got = jp.ns["_got"]
@@ -656,40 +623,13 @@ def test_random_redefinitions_match_fresh_jax_grad(
     check_all(onp.array([0.3, -0.7, 1.1]))
     for _ in range(STEPS):
         # Mostly one shape (cached calls take the direct path); sometimes another, which
-        # JAX traces again inside a fresh entry, under the call recorder.
+        # the entry's jitted function traces again, under the call recorder.
         shape = (2, 3) if rng.random() < 0.2 else (3,)
         x = onp.round(rng_np.uniform(-1, 1, size=shape), 3)
-        action = rng.random()
-        changed: set[str] = set()
-        if action < 0.45:
-            i = rng.randrange(N_FUNCS)
-            src, uses = model.new_body(i)
-            model.funcs[f"f{i}"], model.calls[f"f{i}"] = src, uses
-            jp.run(src)
-            changed = {f"f{i}"}
-        elif action < 0.6:
-            k = rng.randrange(N_DATA)
-            model.data[f"a{k}"] = round(rng.uniform(-3, 3), 3)
-            jp.run(f"a{k} = {model.data[f'a{k}']!r}")
-            changed = {f"a{k}"}
-        elif action < 0.7:  # a numpy global changed in place: baked into the executable
-            j = rng.randrange(3)
-            model.w[j] = round(rng.uniform(-1, 1), 3)
-            jp.run(f"w[{j}] = {model.w[j]!r}")
-            changed = {"w"}
-        elif action < 0.78:  # a new custom_jvp rule, redefined as a notebook would
-            model.rule = round(rng.uniform(-3, 3), 3)
-            jp.run(model.p_source())
-            changed = {"p", "p_jvp"}
-        elif action < 0.85:
-            i = rng.randrange(N_FUNCS)
-            if f"f{i}" in model.funcs:
-                del model.funcs[f"f{i}"]
-                jp.run(f"del f{i}")
-            changed = {f"f{i}"}
-        else:
+        changed = model.change(rng.random(), (0.45, 0.15, 0.1, 0.08, 0.07), jp.run)
+        if changed is None:
             jp.run("z = 1")
-        model.invalidate(changed)
+        model.invalidate(changed or set())
         check_all(x)
     assert not mismatches, f"{len(mismatches)} stale or wrong answers; first:\n{mismatches[0]}"
     status = engine.status()
