@@ -1,20 +1,18 @@
 """ipyrefresh: derivatives that never go stale in IPython and Jupyter.
 
->>> %load_ext ipyrefresh
+>>> %load_ext ipyrefresh          # magics and the status bar; handles work anywhere
 >>> from ipyrefresh import grad
->>> dh = grad(h)      # follows the name h, and everything h reaches
+>>> dh = grad(h)                  # follows the name h, and everything h reads
 """
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from ._src.config import IPyRefresh
 from ._src.handles import (
     Derivative,
     elementwise_grad,
-    get_engine,
     grad,
     hessian,
     jacobian,
@@ -24,7 +22,7 @@ from ._src.handles import (
 )
 from ._src.targets import TargetGone
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "Derivative",
@@ -54,12 +52,6 @@ def unload_ipython_extension(ipython: Any) -> None:
     from .ipython.extension import unload_ipython_extension as unload
 
     unload(ipython)
-
-
-def _sync(names: tuple[str, ...] | None) -> None:
-    """Mid-cell change check, inserted into cells by the extension's AST transformer."""
-    with contextlib.suppress(Exception):  # a check must never break the user's cell
-        get_engine().sync(names)
 
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:

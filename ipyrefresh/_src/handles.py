@@ -1,176 +1,149 @@
-"""Live derivative handles: ``grad``, ``jacobian``, ``hessian`` and friends.
+"""Live derivative handles: ``grad``, ``value_and_grad``, ``elementwise_grad``,
+``jacobian``, ``hessian``.
 
-``dh = grad(h)`` in IPython follows the *name* ``h``: redefine ``h`` (or anything it
-reaches) and the next ``dh(x)`` answers for the new code. Outside IPython a handle is
-bound to the function it was given, like autograd's, and checks that function's
-recorded dependencies on every call, so it never answers stale silently either.
-
-A call looks up its entry by argument signature, unless the handle's last entry offers a
-direct path (``compilers.Direct``: JAX entries do) and is still current: then it is only a
-world compare and a type check away from the compiled function.
+``dh = grad(h)`` follows the *name* ``h`` it was given (see ``targets.py``): redefine
+``h``, or anything ``h`` reads, and the next ``dh(x)`` answers for the code and data of
+that moment. Every call checks, before answering, that what its cached artifact was
+built from is unchanged (``snapshot.Guard``); so a handle is right in IPython, in plain
+Python, in threads and in widget callbacks alike.
 """
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Hashable
-from types import FunctionType
+import sys
+from types import FrameType
 from typing import Any
 
-from .analysis import type_name
-from .cache import Entry
-from .engine import Engine, check_differentiable
-from .signature import arg_signature, call_signature, shape_free_signature
-from .targets import Target
+from .build import check_differentiable
+from .compilers.base import Miss, Transform
+from .engine import Engine, current
+from .entry import Entry
+from .keys import EntryKey, Signature, call_signature, check_argnum
+from .targets import FixedTarget, Target, label_of, target_for
 
 _MAX_HANDLE_ENTRIES = 64
 
-_engine: Engine | None = None
-
-
-def get_engine() -> Engine:
-    """The process-wide engine (created on first use)."""
-    global _engine
-    if _engine is None:
-        _engine = Engine()
-    return _engine
-
-
-def _argnum_key(argnum: Any) -> int | tuple[int, ...]:
-    if type(argnum) is int:
-        return argnum
-    if type(argnum) in (tuple, list) and all(type(a) is int for a in argnum):
-        return tuple(argnum)
-    raise TypeError(f"argnum must be an int or a tuple of ints, not {argnum!r}")
-
 
 class Derivative:
-    """A callable derivative that stays equal to autograd on the current code."""
+    """A callable derivative that answers what a fresh computation of the current code
+    and data would (autograd's, or JAX's for the "jax" backend)."""
 
     __slots__ = (
         "__weakref__",
         "_engine",
         "_entries",
         "_fun",
-        "_hot",
-        "_key",
-        "_world",
+        "_shapes",
         "argnum",
-        "compiler",
+        "backend",
         "target",
         "transform",
     )
 
     def __init__(
-        self, transform: str, fun: Any, argnum: Any = 0, compiler: str | None = None
+        self,
+        transform: Transform | str,
+        fun: Any,
+        argnum: Any = 0,
+        backend: str | None = None,
+        *,
+        frame: FrameType | None = None,
+        target: Target | None = None,
+        engine: Engine | None = None,
     ) -> None:
-        engine = get_engine()
-        self.argnum = _argnum_key(argnum)
-        label = fun.__name__ if type(fun) is FunctionType else type_name(type(fun))
-        check_differentiable(fun, label)
-        self.transform = transform
-        self.compiler = compiler or (engine.config.backend == "jax" and "jax") or None
-        # jax.jit dispatches on shapes itself: one JAX entry serves them all.
-        self._key = shape_free_signature if self.compiler == "jax" else arg_signature
+        engine = engine or current()
+        self.transform = Transform(transform)
+        self.argnum = check_argnum(argnum)
+        check_differentiable(fun, label_of(fun))
+        self.backend = backend or engine.config.backend
+        self._shapes = self.backend != "jax"  # jax.jit dispatches on shapes itself
         self._engine = engine
-        self._world = engine.world
-        self.target: Target = engine.target_for(fun)
-        # The handle keeps a fixed target alive, as autograd's grad(f) does; the cache
-        # itself holds it only weakly.
-        self._fun = None if self.target.follows else fun
-        if not self.target.follows:
-            engine.hold(self.target)
-            weakref.finalize(self, engine.release, self.target)
-        self._entries: dict[Hashable, Entry] = {}
-        # The last entry used, if its compiler gave it a direct path (``Built.direct``).
-        self._hot: Entry | None = None
+        self.target: Target = engine.target(target or target_for(fun, frame))
+        # A fixed target is kept alive by its handle, as autograd's grad(f) keeps f.
+        self._fun = fun if isinstance(self.target, FixedTarget) else None
+        self._entries: dict[Signature, Entry] = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        hot = self._hot
-        if hot is not None and not kwargs and hot.world == self._world.now:
-            # The direct path: no signature, no lookup. It takes arguments of the types
-            # it declares; the compiled function dispatches on shapes itself.
-            direct = hot.direct
-            if direct is not None:  # else: invalidated by another thread
-                types = direct.types
-                for a in args:
-                    if type(a) not in types and not direct.accepts(a):
-                        break
-                else:
-                    try:
-                        result = direct.call(*args)
-                    except Exception:
-                        # The full path below answers, or explains; this entry is not
-                        # taken directly again (a failed retrace can cost milliseconds).
-                        hot.direct = self._hot = None
-                    else:
-                        hot.hits += 1
-                        return result
-        sig = call_signature(args, kwargs, self._key)
+        fn = self.target.resolve()
+        sig = call_signature(args, kwargs, self._shapes)
         entry = self._entries.get(sig)
-        if entry is not None and entry.world == self._world.now:
-            artifact, ref = entry.artifact, entry.fn
-            if artifact is not None and ref is not None:  # else: invalidated by another thread
-                entry.hits += 1
-                entry.last_event = "cache hit"
-                self._hot = entry if entry.direct is not None else None
-                return artifact(ref(), args, kwargs)
-        if entry is None:
+        if entry is not None:
+            for variant in entry.variants:
+                guard = variant.guard
+                if guard.check_env(fn, not variant.replays_python) is None and (
+                    not guard.args or guard.check_args(args, kwargs) is None
+                ):
+                    answer = variant.run(fn, args, kwargs)
+                    if type(answer) is not Miss:
+                        entry.hit(variant)
+                        return answer
+        else:
             if len(self._entries) >= _MAX_HANDLE_ENTRIES:
                 self._entries.clear()
-            entry = self._engine.entry_for(
-                self.target, self.transform, self.argnum, sig, self.compiler
-            )
-        entry, result = self._engine.call(entry, args, kwargs)
+            key = EntryKey(self.target.key, self.transform, self.argnum, sig, self.backend)
+            entry = self._engine.entry_for(self.target, key)
+        entry, answer = self._engine.call(entry, fn, args, kwargs)
         self._entries[sig] = entry
-        self._hot = entry if entry.direct is not None else None
-        return result
+        return answer
 
     @property
     def fun(self) -> Any:
-        """The function this derivative currently differentiates."""
+        """The function this derivative differentiates now."""
         return self.target.resolve()
 
     @property
+    def entries(self) -> list[Entry]:
+        """The cache entries this handle used (one per call signature)."""
+        return list(self._entries.values())
+
+    @property
     def __name__(self) -> str:
-        return f"{self.transform}_of_{self.target.label}"
+        return f"{self.transform.value}_of_{self.target.label}"
 
     def __repr__(self) -> str:
         follows = f"follows '{self.target.label}'" if self.target.follows else "fixed function"
         argnum = "" if self.argnum == 0 else f", argnum={self.argnum}"
-        return f"<ipyrefresh {self.transform}({self.target.label}{argnum}), {follows}>"
+        backend = "" if self.backend == "tape" else f", {self.backend}"
+        return (
+            f"<ipyrefresh {self.transform.value}({self.target.label}{argnum}){backend}, {follows}>"
+        )
+
+
+def _make(transform: Transform, fun: Any, argnum: Any, backend: str | None) -> Derivative:
+    return Derivative(transform, fun, argnum, backend, frame=sys._getframe(2))
 
 
 def grad(fun: Any, argnum: Any = 0) -> Derivative:
     """Gradient of a scalar-valued ``fun`` with respect to positional argument ``argnum``."""
-    return Derivative("grad", fun, argnum)
+    return _make(Transform.GRAD, fun, argnum, None)
 
 
 def value_and_grad(fun: Any, argnum: Any = 0) -> Derivative:
-    """``(fun(*args), grad(fun)(*args))`` from one trace."""
-    return Derivative("value_and_grad", fun, argnum)
+    """``(fun(*args), grad(fun)(*args))`` from one run."""
+    return _make(Transform.VALUE_AND_GRAD, fun, argnum, None)
 
 
 def elementwise_grad(fun: Any, argnum: Any = 0) -> Derivative:
     """Sum of each column of the Jacobian: the derivative of an elementwise function."""
-    return Derivative("elementwise_grad", fun, argnum)
+    return _make(Transform.ELEMENTWISE_GRAD, fun, argnum, None)
 
 
 def jacobian(fun: Any, argnum: Any = 0) -> Derivative:
     """Full Jacobian, of shape ``out.shape + x.shape``."""
-    return Derivative("jacobian", fun, argnum)
+    return _make(Transform.JACOBIAN, fun, argnum, None)
 
 
 def hessian(fun: Any, argnum: Any = 0) -> Derivative:
     """Hessian of a scalar-valued ``fun``."""
-    return Derivative("hessian", fun, argnum)
+    return _make(Transform.HESSIAN, fun, argnum, None)
 
 
-def status() -> dict[str, Any]:
-    """Counts of fresh and stale derivatives, rebuilds, and each entry's state and reasons."""
-    return get_engine().status()
+def status(check: bool = True) -> dict[str, Any]:
+    """Every cached derivative: fresh or stale (and why), builds, hits, what it reads.
+    ``check`` (the default) first checks each one against the current code and data."""
+    return current().status(check)
 
 
-def refresh(name: str | None = None) -> dict[str, Any]:
+def refresh(name: str | None = None, force: bool = False) -> dict[str, Any]:
     """Rebuild stale derivatives now (those depending on ``name``, if given)."""
-    return get_engine().refresh(name)
+    return current().refresh(name, force)

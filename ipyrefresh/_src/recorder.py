@@ -1,34 +1,51 @@
-"""Dynamic call edges: which user functions actually ran while a derivative was built.
+"""Recording a build: which user code ran, and which effects a replay would skip.
 
-Static analysis cannot see ``f = fs.pop(); f(1, 2)``; running the code can. We record
-only during a build (one trace), so the steady-state replay pays nothing: with
-``sys.setprofile`` on Python 3.11, with ``sys.monitoring`` PY_START events on 3.12+.
+Static analysis cannot see ``f = fs[k]; f(x)`` or ``getattr(mod, name)(x)``; running the
+code can. While a derivative is built (one trace), every user code object entered is
+logged with its caller and globals, and calls with effects that a compiled replay would
+not repeat are noted: printing, file and stream I/O, the clock, OS entropy, Python's
+``random``. (numpy's generators are C code that no hook sees; the engine compares their
+state around the trace instead.) Python 3.10/3.11 use ``sys.setprofile``; 3.12+ use
+``sys.monitoring`` with a tool id of its own, so a profiler such as ``%prun`` can run at
+the same time. Only the thread that builds is recorded.
 """
 
 from __future__ import annotations
 
+import builtins
+import io
+import os
+import random
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import CodeType, FrameType
 from typing import Any
 
-from .analysis import is_user_code, is_user_frame
+from .code import is_user_code, is_user_frame
 
 _MAX_WALK = 64
+_TOOL_NAME = "ipyrefresh"
 
 
 @dataclass(eq=False)
 class CallLog:
-    """User code entered during a build: ``(caller code or None, callee code, globals)``."""
+    """What one recorded run did.
 
-    calls: dict[tuple[CodeType | None, CodeType], dict[str, Any]] = field(default_factory=dict)
-    active: bool = True
+    ``calls`` maps (caller code or None, callee code) to the callee's globals; the
+    caller is the nearest user frame, None when library code (autograd) called it.
+    ``complete`` is False when no hook could be installed: the log then proves nothing.
+    """
+
+    calls: dict[tuple[CodeType | None, CodeType], Mapping[str, Any]] = field(default_factory=dict)
+    effects: list[str] = field(default_factory=list)
+    complete: bool = True
     note: str = ""
 
-    def add(self, frame: FrameType, boundary: FrameType | None) -> None:
+    def add_frame(self, frame: FrameType, boundary: FrameType | None) -> None:
         code = frame.f_code
         caller: CodeType | None = None
         back = frame.f_back
@@ -43,64 +60,151 @@ class CallLog:
         if key not in self.calls:
             self.calls[key] = frame.f_globals
 
+    def add_effect(self, what: str) -> None:
+        if what not in self.effects:
+            self.effects.append(what)
+
+    @property
+    def codes(self) -> dict[CodeType, Mapping[str, Any]]:
+        """Every user code object that ran, with its globals."""
+        return {code: globs for (_, code), globs in self.calls.items()}
+
+
+# -- which calls have effects ----------------------------------------------------------------
+
+_CLOCK = {
+    getattr(time, n)
+    for n in (
+        "time",
+        "time_ns",
+        "perf_counter",
+        "perf_counter_ns",
+        "monotonic",
+        "monotonic_ns",
+        "process_time",
+        "process_time_ns",
+        "thread_time",
+        "thread_time_ns",
+        "clock_gettime",
+        "clock_gettime_ns",
+        "localtime",
+        "gmtime",
+        "ctime",
+        "asctime",
+        "strftime",
+    )
+    if hasattr(time, n)
+}
+_FUNCTIONS: dict[Any, str] = {
+    builtins.print: "prints",
+    builtins.input: "reads input",
+    builtins.open: "opens files",
+    builtins.breakpoint: "stops in a debugger",
+    os.urandom: "draws OS entropy",
+    **{f: "reads the clock" for f in _CLOCK},
+}
+if hasattr(os, "getrandom"):
+    _FUNCTIONS[os.getrandom] = "draws OS entropy"
+_DATETIME_NOW = {"now", "utcnow", "today", "fromtimestamp"}
+
+
+def effect_of(fn: Any) -> str | None:
+    """The effect of calling the C function ``fn``, if it is one a replay would skip."""
+    try:
+        found = _FUNCTIONS.get(fn)
+    except TypeError:  # unhashable callable
+        return None
+    if found is not None:
+        return found
+    owner = getattr(fn, "__self__", None)
+    if owner is None or type(fn).__name__ != "builtin_function_or_method":
+        return None
+    if isinstance(owner, random.Random):
+        return "draws random numbers (random)"
+    if isinstance(owner, io.IOBase) or type(owner).__module__ in ("_io", "io"):
+        return "does I/O"
+    if isinstance(owner, type) and owner.__module__ == "datetime" and fn.__name__ in _DATETIME_NOW:
+        return "reads the clock"
+    return None
+
+
+_WARNINGS_FILE = os.path.normcase(getattr(sys.modules["warnings"], "__file__", "") or "")
+
+
+def _from_warnings(code: CodeType) -> bool:
+    """Output written by the ``warnings`` machinery: a replay warns through numpy itself,
+    and Python shows a warning once per place anyway, so it is not an effect to repeat."""
+    return os.path.normcase(code.co_filename) == _WARNINGS_FILE
+
+
+# -- the hooks -------------------------------------------------------------------------------
 
 _local = threading.local()
 
 
-def _active() -> list[tuple[CallLog, FrameType]]:
-    stack: list[tuple[CallLog, FrameType]] | None = getattr(_local, "stack", None)
+def _active() -> list[tuple[CallLog, FrameType | None]]:
+    stack: list[tuple[CallLog, FrameType | None]] | None = getattr(_local, "stack", None)
     if stack is None:
         stack = _local.stack = []
     return stack
 
 
 def _profile(frame: FrameType, event: str, arg: Any) -> None:
-    if event == "call" and is_user_frame(frame.f_code, frame.f_globals):
-        for log, boundary in _active():
-            log.add(frame, boundary)
+    if event == "call":
+        if is_user_frame(frame.f_code, frame.f_globals):
+            for log, boundary in _active():
+                log.add_frame(frame, boundary)
+    elif event == "c_call" and not _from_warnings(frame.f_code):
+        what = effect_of(arg)
+        if what is not None:
+            for log, _ in _active():
+                log.add_effect(what)
 
 
 def reset_if_idle() -> None:
     """Remove a recording left behind in this thread by an interrupted build.
 
-    Called between cells, when no build runs in this thread: a KeyboardInterrupt that
-    lands in ``record_calls``'s cleanup would otherwise leave the profile hook on for
-    the rest of the session (every Python call 10x slower, and logged).
+    Called between cells, when no build runs: a KeyboardInterrupt that lands in
+    ``record``'s cleanup would otherwise leave the hook on for the rest of the session.
     """
     if getattr(_local, "stack", None):
         _local.stack = []
     if sys.getprofile() is _profile:
         sys.setprofile(None)
-    if sys.version_info >= (3, 12):  # pragma: no cover - exercised on 3.12+
-        mon = sys.monitoring  # type: ignore[attr-defined]
-        if mon.get_tool(mon.PROFILER_ID) == "ipyrefresh":
-            mon.set_events(mon.PROFILER_ID, 0)
-            mon.register_callback(mon.PROFILER_ID, mon.events.PY_START, None)
-            mon.free_tool_id(mon.PROFILER_ID)
+    _Monitor.reset()
+
+
+def recording_possible() -> bool:
+    """Whether :func:`record` can install its hook in this thread now."""
+    if sys.version_info >= (3, 12):
+        return _Monitor.tool is not None or _Monitor._free_tool() is not None
+    return sys.getprofile() in (None, _profile)
 
 
 @contextmanager
-def record_calls(enabled: bool = True) -> Iterator[CallLog]:
-    """Record the user functions entered in this thread inside the ``with`` block.
+def record(enabled: bool = True) -> Iterator[CallLog]:
+    """Record the user code entered in this thread inside the ``with`` block.
 
-    Builds can nest (a derivative called inside a function being differentiated); the
-    inner recording then shares the hook with the outer one.
+    Recordings nest (a derivative called inside a function being differentiated); the
+    inner one shares the hook with the outer one.
     """
-    log = CallLog(active=enabled)
+    log = CallLog()
     if not enabled:
+        log.complete = False
+        log.note = "recording is turned off"
         yield log
         return
-    boundary = sys._getframe(2)  # the frame that opened the recording; callers above are not ours
+    boundary = sys._getframe(2)  # the frame that opened the recording
     stack = _active()
-    if sys.version_info >= (3, 12):  # pragma: no cover - exercised on 3.12+
-        with _monitoring(log, boundary):
+    if sys.version_info >= (3, 12):
+        with _Monitor.session(log, boundary, stack):
             yield log
         return
     previous = sys.getprofile()
     if previous is not None and previous is not _profile:
         # Another profiler (cProfile, a debugger) owns the hook; don't disturb it.
-        log.active = False
-        log.note = "dynamic edges not recorded: another profiler is active"
+        log.complete = False
+        log.note = "another profiler is active"
         yield log
         return
     stack.append((log, boundary))
@@ -109,37 +213,102 @@ def record_calls(enabled: bool = True) -> Iterator[CallLog]:
     try:
         yield log
     finally:
-        for i, (other, _) in enumerate(stack):
-            if other is log:
-                del stack[i]
-                break
-        if not stack:
+        _remove(stack, log)
+        if not stack and sys.getprofile() is _profile:
             sys.setprofile(None)
 
 
-@contextmanager
-def _monitoring(log: CallLog, boundary: FrameType) -> Iterator[None]:  # pragma: no cover - 3.12+
-    mon = sys.monitoring  # type: ignore[attr-defined]
-    tool = mon.PROFILER_ID
-    if mon.get_tool(tool) is not None:
-        log.active = False
-        log.note = "dynamic edges not recorded: another profiler is active"
-        yield
-        return
-    mon.use_tool_id(tool, "ipyrefresh")
+def _remove(stack: list[tuple[CallLog, FrameType | None]], log: CallLog) -> None:
+    for i, (other, _) in enumerate(stack):
+        if other is log:
+            del stack[i]
+            return
 
-    def on_start(code: CodeType, offset: int) -> Any:
-        if is_user_code(code):
-            frame = sys._getframe(1)
-            if frame.f_code is code and is_user_frame(code, frame.f_globals):
-                log.add(frame, boundary)
+
+class _Monitor:
+    """``sys.monitoring`` (3.12+): PY_START for user code, CALL for effects."""
+
+    tool: int | None = None
+    thread: int | None = None
+    depth = 0
+
+    @classmethod
+    def _free_tool(cls) -> int | None:
+        mon = sys.monitoring  # type: ignore[attr-defined,unused-ignore]
+        for tool in (4, 3, 5):
+            if mon.get_tool(tool) is None:
+                return tool
         return None
 
-    mon.register_callback(tool, mon.events.PY_START, on_start)
-    mon.set_events(tool, mon.events.PY_START)
-    try:
-        yield
-    finally:
-        mon.set_events(tool, 0)
-        mon.register_callback(tool, mon.events.PY_START, None)
-        mon.free_tool_id(tool)
+    @classmethod
+    @contextmanager
+    def session(
+        cls, log: CallLog, boundary: FrameType, stack: list[tuple[CallLog, FrameType | None]]
+    ) -> Iterator[None]:
+        mon = sys.monitoring  # type: ignore[attr-defined,unused-ignore]
+        me = threading.get_ident()
+        if cls.depth and cls.thread != me:
+            # Another thread is building; its hooks are global. Record nothing here
+            # rather than mix the two runs: the build falls back, correctly.
+            log.complete = False
+            log.note = "another thread was recording"
+            yield
+            return
+        if not cls.depth:
+            tool = cls._free_tool()
+            if tool is None:
+                log.complete = False
+                log.note = "no free sys.monitoring tool id"
+                yield
+                return
+            mon.use_tool_id(tool, _TOOL_NAME)
+            mon.register_callback(tool, mon.events.PY_START, cls._start_callback(me))
+            mon.register_callback(tool, mon.events.CALL, cls._call_callback(me))
+            mon.set_events(tool, mon.events.PY_START | mon.events.CALL)
+            cls.tool, cls.thread = tool, me
+        cls.depth += 1
+        stack.append((log, boundary))
+        try:
+            yield
+        finally:
+            _remove(stack, log)
+            cls.depth -= 1
+            if not cls.depth:
+                cls.reset()
+
+    @staticmethod
+    def _start_callback(thread: int) -> Callable[[CodeType, int], Any]:
+        def on_start(code: CodeType, offset: int) -> Any:
+            if threading.get_ident() != thread or not is_user_code(code):
+                return None
+            frame = sys._getframe(1)
+            if frame.f_code is code and is_user_frame(code, frame.f_globals):
+                for log, boundary in _active():
+                    log.add_frame(frame, boundary)
+            return None
+
+        return on_start
+
+    @staticmethod
+    def _call_callback(thread: int) -> Callable[[CodeType, int, Any, Any], Any]:
+        def on_call(code: CodeType, offset: int, fn: Any, arg0: Any) -> Any:
+            if threading.get_ident() == thread and not _from_warnings(code):
+                what = effect_of(fn)
+                if what is not None:
+                    for log, _ in _active():
+                        log.add_effect(what)
+            return None
+
+        return on_call
+
+    @classmethod
+    def reset(cls) -> None:
+        if sys.version_info < (3, 12) or cls.tool is None:
+            return
+        mon = sys.monitoring  # type: ignore[attr-defined,unused-ignore]
+        tool, cls.tool, cls.thread, cls.depth = cls.tool, None, None, 0
+        if mon.get_tool(tool) == _TOOL_NAME:
+            mon.set_events(tool, 0)
+            mon.register_callback(tool, mon.events.PY_START, None)
+            mon.register_callback(tool, mon.events.CALL, None)
+            mon.free_tool_id(tool)

@@ -19,10 +19,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._src.engine import Engine, describe_entry
+from .._src.changes import Detection
+from .._src.engine import Engine
+from .._src.entry import Entry, State
 
 INSTALL_HINT = "pip install 'ipyrefresh[callgraph]'"
-USAGE = "usage: %callgraph [--text|--svg] NAME  (NAME: a function or a derivative handle)"
 _MAX_WATCHED_SHOWN = 24
 
 # Colours (fill, edge) by node state.
@@ -170,18 +171,14 @@ class GraphView:
 
 
 # -- building views from the engine ------------------------------------------------------------
-def _changed_labels(entry: Any, engine: Engine, nodes: set[str]) -> dict[str, str]:
-    """Labels of the bindings whose change made ``entry`` stale, with what happened."""
-    by_text = {c.describe(): c for c in list(engine.world.history)}
+def _changed_labels(entry: Entry, nodes: set[str]) -> dict[str, str]:
+    """Nodes whose change made ``entry`` stale, with what happened to them."""
     changed: dict[str, str] = {}
-    for reason in entry.reasons:
-        event = by_text.get(reason)
-        if event is not None:
-            label, what = event.label, reason[len(event.label) + 1 :]
-        else:
-            label, _, what = reason.partition(" ")
-        if label in nodes:
-            changed[label] = what
+    for change in entry.reasons:
+        for label in (change.subject, change.root_name):
+            if label in nodes:
+                changed[label] = change.kind.value
+                break
     return changed
 
 
@@ -200,31 +197,23 @@ def _ancestors(edges: Iterable[tuple[str, str]], targets: Iterable[str]) -> set[
     return seen
 
 
-def view_of(entry: Any, engine: Engine) -> GraphView:
+def view_of(entry: Entry, engine: Engine) -> GraphView:
     """A :class:`GraphView` of one cache entry."""
-    graph = entry.graph
-    name = describe_entry(entry)
+    info = entry.info
+    name = entry.name
     root = entry.target.label
-    if graph is None:
-        return GraphView(name, root, "unbuilt", list(entry.reasons), {}, [], error=entry.error)
-    edges = dict(graph.edges)
-    view = GraphView(
-        name,
-        root,
-        "fresh",
-        [],
-        edges,
-        [],
-        note=graph.note,
-        side_effects=list(graph.side_effects),
-    )
+    reasons = [c.describe() for c in entry.reasons]
+    if entry.builds == 0:
+        return GraphView(name, root, "unbuilt", reasons, {}, [], error=entry.error)
+    edges = dict(info.edges)
+    view = GraphView(name, root, "fresh", [], edges, [], note=info.note, side_effects=info.notes)
     functions = set(view.functions)
-    view.watched = [d for d in graph.deps if d not in functions]
-    if entry.stale:
-        view.state = "error" if entry.error else "stale"
+    view.watched = [d for d in info.reads if d not in functions]
+    if entry.state is not State.FRESH:
+        view.state = "error" if entry.state is State.FAILED else "stale"
         view.error = entry.error
-        view.reasons = list(entry.reasons)
-        view.changed = _changed_labels(entry, engine, functions | set(graph.deps))
+        view.reasons = reasons
+        view.changed = _changed_labels(entry, functions | set(info.reads))
         stale = _ancestors(edges, view.changed) | {root}
         view.stale_nodes = stale | (functions if not view.changed else set())
     return view
@@ -241,8 +230,8 @@ def views_for(engine: Engine, name: str, ns: dict[str, Any] | None) -> list[Grap
             e
             for e in engine.cache
             if e.target is handle.target
-            and e.transform == handle.transform
-            and e.argnum == handle.argnum
+            and e.key.transform is handle.transform
+            and e.key.argnum == handle.argnum
         ]
         if not entries:
             raise CallgraphError(f"{name!r} has not been called yet; call it once first")
@@ -259,36 +248,16 @@ def views_for(engine: Engine, name: str, ns: dict[str, Any] | None) -> list[Grap
     return [view_of(e, engine) for e in entries]
 
 
-def parse_line(line: str) -> tuple[str, str]:
-    """``[--text|--svg] NAME`` -> (form, name); form is "auto", "text" or "svg"."""
-    form = "auto"
-    names = []
-    for word in line.split():
-        if word in ("--text", "-t"):
-            form = "text"
-        elif word == "--svg":
-            form = "svg"
-        elif word.startswith("-"):
-            raise CallgraphError(f"unknown option {word!r}. {USAGE}")
-        else:
-            names.append(word)
-    if len(names) != 1:
-        raise CallgraphError(USAGE)
-    if not names[0].isidentifier():
-        raise CallgraphError(f"{names[0]!r} is not a name. {USAGE}")
-    return form, names[0]
-
-
 def in_kernel(shell: Any) -> bool:
     """True in a Jupyter kernel (a front end that can show pictures)."""
     return getattr(shell, "kernel", None) is not None
 
 
-def run(shell: Any, engine: Engine, line: str) -> None:
+def run(shell: Any, engine: Engine, name: str, form: str = "auto") -> None:
     """The body of ``%callgraph``; raises :class:`CallgraphError` for the user."""
     from IPython.display import display
 
-    form, name = parse_line(line)
+    engine.sweep(deep=True, detection=Detection.ON_REQUEST)
     if form == "svg" and picture_support():
         raise CallgraphError(picture_support())
     views = views_for(engine, name, shell.user_ns if shell is not None else None)

@@ -50,7 +50,11 @@ def _clip(text: Any) -> str:
     return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
 
 
-_ORDER = {"error": 0, "stale": 1, "fresh": 2}
+_ORDER = {"error": 0, "failed": 0, "stale": 1, "fresh": 2}
+
+
+def _text(reason: Any) -> str:
+    return str(reason["text"]) if isinstance(reason, dict) else str(reason)
 
 
 def status_message(status: dict[str, Any], seq: int = 0, instance: str = "") -> dict[str, Any]:
@@ -81,13 +85,13 @@ def status_message(status: dict[str, Any], seq: int = 0, instance: str = "") -> 
                 "name": _clip(e.get("name", "?")),
                 "target": _clip(e.get("target", "")),
                 "state": e.get("state", "stale"),
-                "reasons": [_clip(r) for r in list(e.get("reasons") or ())[:MAX_REASONS]],
+                "reasons": [_clip(_text(r)) for r in list(e.get("reasons") or ())[:MAX_REASONS]],
                 "error": _clip(e["error"]) if e.get("error") else None,
             }
             for e in shown
         ],
         "truncated": len(entries) - len(shown),
-        "changes": [_clip(c) for c in list(status.get("changes") or ())[-MAX_CHANGES:]],
+        "changes": [_clip(_text(c)) for c in list(status.get("changes") or ())[-MAX_CHANGES:]],
     }
 
 
@@ -140,10 +144,13 @@ class StatusChannel:
         self.dirty = True  # O(1): the engine calls this after every build or invalidation
 
     def post_run_cell(self, result: Any = None) -> None:
-        if not (self.dirty and self.comms):
+        if not self.comms:
             return
-        with contextlib.suppress(Exception):  # the cell already ran; the status can wait
+        try:  # the cell already ran; the status can wait
+            self.engine.sweep(deep=False)
             self._broadcast()
+        except Exception as exc:
+            self.engine.internal_error("sending the status", exc)
 
     # -- comm traffic --------------------------------------------------------------------
     def _on_open(self, c: Any, msg: dict[str, Any]) -> None:
@@ -198,7 +205,7 @@ class StatusChannel:
 
     def _compute(self) -> dict[str, Any]:
         self.seq += 1
-        return status_message(self.engine.status(), self.seq, self.instance)
+        return status_message(self.engine.status(check=False), self.seq, self.instance)
 
     def _broadcast(self, force: bool = False) -> None:
         """Send the status to every comm, unless they all have it already."""

@@ -1,20 +1,21 @@
-"""``%load_ext ipyrefresh``: hook cell execution, register magics and configuration.
+"""``%load_ext ipyrefresh``: magics, configuration, cell numbers, and the status channel.
 
-Unloading leaves the shell as it was: events, magics, AST transformers and the
-configurable are removed, and live handles fall back to checking their dependencies
-on every call (correct, a little slower) instead of trusting the world age.
+Loading adds nothing that answers depend on — every call of a derivative checks for
+itself — only what makes a notebook nicer: ``%grad``, ``%stale``, ``%refresh``,
+``%callgraph``, ``%config IPyRefresh``, reasons that name the cell in which a change was
+noticed, eager rebuilds after cells, and the JupyterLab status item. Unloading leaves the
+shell as it was.
 """
 
 from __future__ import annotations
 
 import contextlib
-import sys
 from typing import Any
 
+from .._src.changes import CellRef, Detection
+from .._src.compilers.tape import patches
 from .._src.config import IPyRefresh
-from .._src.engine import Engine
-from .._src.handles import get_engine
-from .cells import SyncInserter
+from .._src.engine import Engine, current
 from .magics import IPyRefreshMagics
 
 
@@ -26,23 +27,17 @@ class Extension:
         self.engine = engine
         self.config = IPyRefresh(parent=shell)
         self.magics = IPyRefreshMagics(shell, engine)
-        self.transformer = SyncInserter(self._sync_enabled, self._watched)
-        self._warned = False
-        self._sweep_pending = False  # a cell ran whose post-cell sweep has not finished
-        self.extras: list[Any] = []  # things with a .close() (e.g. the front-end comm)
+        self.extras: list[Any] = []  # things with a .close() (the front-end channel)
 
     # -- lifecycle -----------------------------------------------------------------------
     def load(self) -> None:
         shell = self.shell
         self.engine.use_config(self.config)
         shell.configurables.append(self.config)
-        self.engine.attach(shell.user_ns)
+        self.engine.attached = True
         shell.events.register("pre_run_cell", self.pre_run_cell)
         shell.events.register("post_run_cell", self.post_run_cell)
         shell.register_magics(self.magics)
-        shell.ast_transformers.append(self.transformer)
-        # The JupyterLab status item's comm; registered after post_run_cell above so that
-        # its once-per-cell update sees this cell's invalidations.
         from .comm import StatusChannel
 
         channel = StatusChannel(shell, self.engine)
@@ -52,8 +47,10 @@ class Extension:
     def unload(self) -> None:
         shell = self.shell
         for extra in self.extras:
-            with contextlib.suppress(Exception):
+            try:
                 extra.close()
+            except Exception as exc:
+                self.engine.internal_error("closing the status channel", exc)
         for event, callback in (
             ("pre_run_cell", self.pre_run_cell),
             ("post_run_cell", self.post_run_cell),
@@ -65,55 +62,32 @@ class Extension:
             for name in names:
                 manager.magics[kind].pop(name, None)
         manager.registry.pop(type(self.magics).__name__, None)
-        if self.transformer in shell.ast_transformers:
-            shell.ast_transformers.remove(self.transformer)
         for configurable in (self.config, self.magics):
             if configurable in shell.configurables:
                 shell.configurables.remove(configurable)
-        self.engine.detach()
+        self.engine.attached = False
+        self.engine.cell = None
+        patches.uninstall()
 
     # -- events --------------------------------------------------------------------------
     def pre_run_cell(self, info: Any) -> None:
         try:
-            shell = self.shell
-            if self.engine.user_ns is not shell.user_ns:
-                self.engine.attach(shell.user_ns)
-            if self._sweep_pending:  # the last cell's sweep was interrupted (Ctrl-C): redo it
-                self.engine.after_cell(self.engine.cell)
-            count = shell.execution_count
-            self.engine.cell = count - 1 if getattr(info, "store_history", False) else count
+            count = self.shell.execution_count
+            if getattr(info, "store_history", False):
+                count -= 1  # IPython has counted this cell already
+            cell_id = getattr(info, "cell_id", None)
+            self.engine.cell = CellRef(count, cell_id if isinstance(cell_id, str) else None)
         except Exception as exc:
-            self._warn(exc)
-        self._sweep_pending = True
+            self.engine.internal_error("numbering a cell", exc)
 
     def post_run_cell(self, result: Any) -> None:
+        if self.config.mode != "eager":
+            return
         try:
-            if self.engine.user_ns is not self.shell.user_ns:
-                self.engine.attach(self.shell.user_ns)
-            self.engine.after_cell(getattr(result, "execution_count", None))
+            if self.engine.sweep(deep=False, detection=Detection.AFTER_CELL):
+                self.engine.refresh()
         except Exception as exc:  # the user's cell already ran; never turn it into an error
-            self._warn(exc)
-        self._sweep_pending = False
-
-    def _warn(self, exc: BaseException) -> None:
-        if not self._warned:
-            self._warned = True
-            print(
-                f"ipyrefresh: internal error after a cell ({type(exc).__name__}: {exc}); "
-                "derivatives stay correct but may rebuild more often.",
-                file=sys.stderr,
-            )
-
-    # -- AST sync support ----------------------------------------------------------------
-    def _sync_enabled(self) -> bool:
-        # Not gated on what is watched now: the cell itself may build the first entry.
-        return bool(self.config.sync_within_cells)
-
-    def _watched(self, name: str) -> bool:
-        ns = self.shell.user_ns
-        if ("bind", id(ns), name) in self.engine.table.records:
-            return True
-        return callable(ns.get(name))
+            self.engine.internal_error("rebuilding after a cell (eager mode)", exc)
 
 
 _extension: Extension | None = None
@@ -125,7 +99,7 @@ def load_ipython_extension(ipython: Any) -> None:
         if _extension.shell is ipython:
             return
         _extension.unload()
-    _extension = Extension(ipython, get_engine())
+    _extension = Extension(ipython, current())
     _extension.load()
 
 

@@ -13,33 +13,34 @@ from typing import Any
 import numpy as np
 from autograd.tracer import isbox
 
-TRANSFORM_FLAGS = {
-    "--grad": "grad",
-    "--hessian": "hessian",
-    "--jacobian": "jacobian",
-    "--value": "value_and_grad",
-    "--value-and-grad": "value_and_grad",
-    "--elementwise": "elementwise_grad",
-}
-_VALUE_OPTIONS = {"-a", "--argnum", "--backend"}
-_SWITCHES = {"-v", "--verbose"}
-USAGE = "usage: %grad [-a ARGNUM] [--hessian|--jacobian|--value|--elementwise] [-v] f(args)"
+#: Options of ``%grad`` that take a value (the call expression starts after them).
+_VALUED = {"-a", "--argnum", "--backend"}
 
 
 class GradLineError(Exception):
     """A one-line, user-facing error about a ``%grad`` line."""
 
 
-@dataclass
-class GradRequest:
-    transform: str
-    argnum: int | tuple[int, ...]
-    verbose: bool
-    backend: str
-    expr: str
+def split_options(line: str) -> tuple[str, str]:
+    """``"-a 1 --hessian f(x, 'a b')"`` -> ``("-a 1 --hessian", "f(x, 'a b')")``.
+
+    The options are parsed by IPython's ``magic_arguments``; the call expression is kept
+    verbatim (quotes and spaces included), which an argv split would not do.
+    """
+    rest = line.strip()
+    taken: list[str] = []
+    while rest.startswith("-"):
+        word, _, after = rest.partition(" ")
+        taken.append(word)
+        rest = after.lstrip()
+        if word in _VALUED and rest:
+            value, _, after = rest.partition(" ")
+            taken.append(value)
+            rest = after.lstrip()
+    return " ".join(taken), rest
 
 
-def _parse_argnum(text: str) -> int | tuple[int, ...]:
+def parse_argnum(text: str) -> int | tuple[int, ...]:
     parts = [p for p in text.strip("()[] ").split(",") if p.strip()]
     try:
         nums = tuple(int(p) for p in parts)
@@ -50,55 +51,6 @@ def _parse_argnum(text: str) -> int | tuple[int, ...]:
     if any(n < 0 for n in nums):
         raise GradLineError(f"argnum must not be negative, got {text!r}")
     return nums[0] if len(nums) == 1 else nums
-
-
-def parse_line(line: str) -> GradRequest:
-    """Split options from the call expression (which may contain spaces and quotes)."""
-    transform, argnum, verbose, backend = "grad", 0, False, ""
-    argnum_value: int | tuple[int, ...] = argnum
-    pos = 0
-    n = len(line)
-    while True:
-        while pos < n and line[pos].isspace():
-            pos += 1
-        if pos >= n or line[pos] != "-":
-            break
-        end = pos
-        while end < n and not line[end].isspace():
-            end += 1
-        token = line[pos:end]
-        pos = end
-        name, eq, inline = token.partition("=")
-        if name in TRANSFORM_FLAGS and not eq:
-            transform = TRANSFORM_FLAGS[name]
-        elif name in _SWITCHES and not eq:
-            verbose = True
-        elif name in _VALUE_OPTIONS or (name.startswith("-a") and name[2:].isdigit()):
-            if name.startswith("-a") and name[2:].isdigit():
-                value = name[2:]
-                name = "-a"
-            elif eq:
-                value = inline
-            else:
-                while pos < n and line[pos].isspace():
-                    pos += 1
-                end = pos
-                while end < n and not line[end].isspace():
-                    end += 1
-                value = line[pos:end]
-                pos = end
-                if not value:
-                    raise GradLineError(f"option {name} needs a value. {USAGE}")
-            if name == "--backend":
-                backend = value
-            else:
-                argnum_value = _parse_argnum(value)
-        else:
-            raise GradLineError(f"unknown option {token!r}. {USAGE}")
-    expr = line[pos:].strip()
-    if not expr:
-        raise GradLineError(f"nothing to differentiate. {USAGE}")
-    return GradRequest(transform, argnum_value, verbose, backend, expr)
 
 
 @dataclass

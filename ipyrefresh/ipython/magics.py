@@ -1,128 +1,102 @@
-"""``%grad``, ``%stale``, ``%refresh`` and ``%callgraph``."""
+"""``%grad``, ``%stale``, ``%refresh`` and ``%callgraph``, parsed with IPython's
+``magic_arguments`` (``%grad?`` shows the usage)."""
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from .._src.compilers import available_compilers
+from .._src import compilers
+from .._src.compilers.base import Transform
 from .._src.engine import Engine
 from .._src.handles import Derivative
-from .._src.targets import TargetGone
-from .gradline import GradLineError, check_inputs, explain_failure, parse_call, parse_line
+from .._src.targets import TargetGone, target_in
+from .gradline import (
+    GradLineError,
+    check_inputs,
+    explain_failure,
+    parse_argnum,
+    parse_call,
+    split_options,
+)
+from .report import stale_report
 
 
-def backend_compiler(backend: str, default: str) -> str | None:
-    """The compiler ``--backend`` asks for; ``None`` (no option) follows the configuration.
-
-    ``--backend autograd`` means the autograd family even when ``IPyRefresh.backend`` is
-    "jax": the configured autograd compiler (``default``, "tape" or "autograd").
-    """
-    if backend in ("", "default"):
-        return None
-    if backend == "autograd":
-        return default
-    if backend not in available_compilers():
-        known = ", ".join(["autograd", *sorted(available_compilers() - {"autograd"})])
-        raise GradLineError(f"unknown backend {backend!r}; available: {known}")
-    return backend
+def _parse(magic: Any, line: str, name: str) -> argparse.Namespace:
+    try:
+        return parse_argstring(magic, line)
+    except UsageError as exc:
+        raise UsageError(f"%{name}: {exc}") from None
 
 
 @magics_class
 class IPyRefreshMagics(Magics):
-    """Magics that show and control cached derivatives."""
+    """Magics that compute, show and rebuild cached derivatives."""
 
     def __init__(self, shell: Any, engine: Engine) -> None:
         super().__init__(shell)
         self.engine = engine
 
+    @magic_arguments()
+    @argument("-a", "--argnum", default="0", help="the argument to differentiate: 1, or 0,1")
+    @argument("--hessian", dest="transform", action="store_const", const="hessian")
+    @argument("--jacobian", dest="transform", action="store_const", const="jacobian")
+    @argument("--value", dest="transform", action="store_const", const="value_and_grad")
+    @argument("--elementwise", dest="transform", action="store_const", const="elementwise_grad")
+    @argument("-v", "--verbose", action="store_true", help="say how the answer was computed")
+    @argument("--backend", default=None, help="tape, autograd or jax")
+    @argument("call", nargs="*", help="the call to differentiate, e.g. f(1.0, 2.0)")
     @line_magic
     def grad(self, line: str) -> Any:
-        """Differentiate a call with the current code: ``%grad [options] f(args)``.
-
-        Options: ``-a N`` or ``-a 0,1`` (argnum), ``--hessian``, ``--jacobian``,
-        ``--value`` (value and gradient), ``--elementwise``, ``-v`` (say whether the
-        answer came from the cache, a build or a rebuild, and why).
-        """
+        """Differentiate a call with the current code: ``%grad [options] f(args)``."""
+        options, expr = split_options(line)
+        opts = _parse(self.grad, options, "grad")
         try:
-            request = parse_line(line)
-            compiler = backend_compiler(request.backend, self.engine.config.compiler)
+            if not expr:
+                raise GradLineError("nothing to differentiate: %grad [options] f(args)")
+            argnum = parse_argnum(opts.argnum)
+            backend = _backend(opts.backend)
             assert self.shell is not None
-            call = parse_call(request.expr, self.shell.user_ns)
-            check_inputs(call, request.argnum)
+            call = parse_call(expr, self.shell.user_ns)
+            check_inputs(call, argnum)
+            transform = Transform(opts.transform or "grad")
             try:
-                handle = Derivative(request.transform, call.fn, request.argnum, compiler)
+                target = target_in(self.shell.user_ns, call.name, call.fn)
+                handle = Derivative(transform, call.fn, argnum, backend, target=target)
             except TypeError as exc:
                 raise GradLineError(str(exc)) from None
             try:
                 result = handle(*call.args, **call.kwargs)
             except TargetGone as exc:
                 raise GradLineError(str(exc)) from None
-            except KeyboardInterrupt:
-                raise
             except Exception as exc:
-                raise GradLineError(explain_failure(exc, call, request.transform)) from None
+                raise GradLineError(explain_failure(exc, call, transform.value)) from None
         except GradLineError as exc:
             raise UsageError(f"%grad: {exc}") from None
-        if request.verbose:
-            entry = next(iter(handle._entries.values()), None)
-            if entry is not None:
-                event = entry.last_event
-                detail = getattr(entry.artifact, "last_event", "")
-                if detail and event.startswith("cache hit"):
-                    event = f"{event}; {detail}"
-                print(f"{request.transform}({call.name}) [{entry.compiler}]: {event}")
+        if opts.verbose:
+            for entry in handle.entries:
+                runs = ", ".join(v.describe() for v in entry.variants) or "nothing cached"
+                print(f"{entry.name} [{entry.key.backend}]: {entry.last_event}; runs {runs}")
         return result
 
     @line_magic
     def stale(self, line: str) -> None:
-        """List cached derivatives that are stale, and why."""
-        status = self.engine.status()
-        entries = status["entries"]
-        if not entries:
-            print("No derivatives cached yet.")
-            return
-        stale = [e for e in entries if e["state"] != "fresh"]
-        total = len(entries)
-        if not stale:
-            which = "The only derivative is" if total == 1 else f"All {total} derivatives are"
-            print(f"{which} fresh (world {status['world']}).")
-        else:
-            print(f"{len(stale)} of {total} derivatives stale (world {status['world']}):")
-            width = max(len(e["name"]) for e in stale)
-            for e in stale:
-                why = e["error"] if e["state"] == "error" else "; ".join(e["reasons"])
-                print(f"  {e['name']:<{width}}  {why}")
-        fallbacks = [e for e in entries if e["fallback"]]
-        for e in fallbacks:
-            print(f"  note: {e['name']} runs on plain autograd: {e['fallback']}")
+        """Which cached derivatives would be rebuilt at their next call, and why
+        (every guard is checked now, array contents included)."""
+        print(stale_report(self.engine.status(check=True)))
 
-    @line_magic
-    def callgraph(self, line: str) -> None:
-        """Show what the cached derivatives of a function depend on: ``%callgraph f``.
-
-        A picture in a notebook (needs ``ipyrefresh[callgraph]``), a tree in a terminal;
-        ``--text`` or ``--svg`` picks one.
-        """
-        from .callgraph import CallgraphError, run
-
-        try:
-            run(self.shell, self.engine, line)
-        except CallgraphError as exc:
-            raise UsageError(f"%callgraph: {exc}") from None
-
+    @magic_arguments()
+    @argument("--all", action="store_true", help="rebuild fresh derivatives too")
+    @argument("name", nargs="?", default=None, help="only derivatives depending on NAME")
     @line_magic
     def refresh(self, line: str) -> None:
         """Rebuild stale derivatives now: ``%refresh [name] [--all]``."""
-        words = line.split()
-        force = "--all" in words
-        names = [w for w in words if not w.startswith("-")]
-        unknown = [w for w in words if w.startswith("-") and w != "--all"]
-        if unknown or len(names) > 1:
-            raise UsageError("%refresh: usage: %refresh [name] [--all]")
-        report = self.engine.refresh(names[0] if names else None, force=force)
+        opts = _parse(self.refresh, line, "refresh")
+        report = self.engine.refresh(opts.name, force=opts.all)
         rebuilt, pending, failed = report["rebuilt"], report["pending"], report["failed"]
         if not (rebuilt or pending or failed):
             print("Nothing to refresh: every derivative is fresh.")
@@ -135,3 +109,29 @@ class IPyRefreshMagics(Magics):
         print("Refresh: " + ", ".join(parts) + ".")
         for name, error in failed:
             print(f"  {name}: {error}")
+
+    @magic_arguments()
+    @argument("--text", action="store_true", help="print the dependency tree as text")
+    @argument("--svg", action="store_true", help="draw the picture (needs ipyrefresh[callgraph])")
+    @argument("name", help="a function, or a derivative handle")
+    @line_magic
+    def callgraph(self, line: str) -> None:
+        """What the cached derivatives of a function depend on: ``%callgraph f``."""
+        from .callgraph import CallgraphError, run
+
+        opts = _parse(self.callgraph, line, "callgraph")
+        form = "text" if opts.text else "svg" if opts.svg else "auto"
+        try:
+            run(self.shell, self.engine, opts.name, form)
+        except CallgraphError as exc:
+            raise UsageError(f"%callgraph: {exc}") from None
+
+
+def _backend(name: str | None) -> str | None:
+    if name in (None, "", "default"):
+        return None
+    if name not in compilers.available():
+        raise GradLineError(
+            f"unknown backend {name!r}; available: {', '.join(compilers.available())}"
+        )
+    return name

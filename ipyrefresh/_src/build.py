@@ -1,0 +1,235 @@
+"""One build: run the function once, learn what it read, and decide how later calls run.
+
+1. Walk what the function can reach *before* it runs (``snapshot.Walker``).
+2. Run it once under the compiler, in the call recorder (``recorder.record``): the
+   answer of this run is the answer of this call.
+3. Look for effects a compiled replay would skip: calls that print, read the clock or
+   draw OS entropy (from the recorder), numpy generators whose state moved, values the
+   run changed (the walk of step 1 no longer holds), ``global``/``nonlocal`` stores.
+4. Walk again, now including every user function that ran (``f = fs[k]; f(x)``), into
+   the :class:`~ipyrefresh._src.snapshot.Guard` that every later call checks first.
+5. The compiled variant if nothing stands in the way; otherwise the compiler's fallback
+   (the user's code on every call), with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import CodeType, FunctionType, MethodType
+from typing import Any
+
+import numpy as np
+
+from . import code as codefacts
+from .changes import ChangeKind
+from .compilers.base import Compiler, Request, Variant
+from .entry import BuildInfo
+from .nodes import Mismatch, Node
+from .recorder import CallLog, record, recording_possible
+from .snapshot import Guard, TargetReader, Unguardable, Walker, rng_state, rules_of
+
+_GLOBAL_RNG = np.random.mtrand._rand
+
+
+@dataclass
+class Outcome:
+    """What a build produced: this call's answer, the variant for later calls, and what
+    status and ``%callgraph`` show of it."""
+
+    result: Any
+    variant: Variant
+    info: BuildInfo
+    event: str
+
+
+def check_differentiable(fn: Any, label: str) -> None:
+    """Reject what autograd can never differentiate, with a message that says why."""
+    if not callable(fn):
+        raise TypeError(f"'{label}' is not callable (it is a {type(fn).__name__})")
+    if type(fn) is FunctionType and fn.__code__.co_flags & codefacts.GENERATOR_FLAGS:
+        kind = "an async function" if fn.__code__.co_flags & 0x280 else "a generator function"
+        raise TypeError(f"'{label}' is {kind}; derivatives need a function that returns a value")
+
+
+def run_build(
+    compiler: Compiler,
+    fn: Any,
+    label: str,
+    request: Request,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Outcome:
+    """See the module docstring."""
+    if not compiler.needs_guard:
+        traced = compiler.trace(fn, request, args, kwargs)
+        variant = compiler.fallback(request, Guard(), "")
+        return Outcome(traced.result, variant, BuildInfo(), "built")
+    before, before_error = _walk(fn, label, request, args, kwargs, None)
+    rngs = [("numpy.random", _GLOBAL_RNG), *before.rngs]
+    states = [_rng_state(g) for _, g in rngs]
+    with record() as log:
+        traced = compiler.trace(fn, request, args, kwargs)
+    effects = list(log.effects)
+    for (name, gen), state in zip(rngs, states, strict=True):
+        if _rng_state(gen) != state:
+            effects.append(f"draws random numbers ({name})")
+    if not before_error:
+        changed = before.check_env(fn) or before.check_args(args, kwargs)
+        if changed is not None:
+            effects.append(f"changes {changed.subject} while it runs")
+    effects += _stores(log)
+    guard, unguardable = _walk(fn, label, request, args, kwargs, log)
+    guard.env += rules_of(traced.primitives)
+    info = BuildInfo(
+        reads=sorted(set(guard.labels)),
+        edges=_merge(guard.edges, _edges(log, fn, label)),
+        notes=guard.notes,
+        big_arrays=guard.big_arrays,
+    )
+    why = traced.unsupported or "; ".join(effects) or unguardable
+    if not why and not log.complete:
+        why = f"could not record the calls it makes ({log.note})"
+        guard.env.append((TargetReader(), _RecorderBusy("the call recorder")))
+    if why or traced.compile is None:
+        info.note = why
+        variant = compiler.fallback(request, guard, why)
+        return Outcome(traced.result, variant, info, f"built; runs {variant.describe()}: {why}")
+    return Outcome(traced.result, traced.compile(guard), info, "built")
+
+
+def _walk(
+    fn: Any,
+    label: str,
+    request: Request,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    log: CallLog | None,
+) -> tuple[Guard, str]:
+    """The guard of everything ``fn`` reaches (and, with a log, everything that ran)."""
+    guard = Guard()
+    walker = Walker(guard)
+    try:
+        walker.target(fn, label)
+        unread_args, unread_kw = _unread(fn, args, kwargs)
+        for i, a in enumerate(args):
+            if i not in request.argnums and i not in unread_args:
+                walker.argument(i, a, f"argument {i}")
+        for k, v in kwargs.items():
+            if k not in unread_kw:
+                walker.argument(k, v, f"argument {k}")
+        if log is not None:
+            _dynamic(walker, log)
+    except Unguardable as exc:
+        guard.unguardable = str(exc)
+        return guard, str(exc)
+    except RecursionError:
+        guard.unguardable = "what it reads is nested too deeply to check"
+        return guard, guard.unguardable
+    return guard, ""
+
+
+def _unread(
+    fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> tuple[frozenset[int], frozenset[str]]:
+    """Arguments the function provably never reads: they need no guard (a counter)."""
+    offset = 0
+    if type(fn) is MethodType:
+        fn, offset = fn.__func__, 1
+    if type(fn) is not FunctionType:
+        return frozenset(), frozenset()
+    return codefacts.unread_arguments(fn.__code__, len(args), tuple(kwargs), offset)
+
+
+def _dynamic(walker: Walker, log: CallLog) -> None:
+    """User code that ran but that the static walk did not reach."""
+    codes = log.codes
+    for code, globs in codes.items():
+        if code in walker.covered:
+            continue
+        qual = codefacts.qualname(code)
+        head = qual.split(".")[0]
+        if not head.startswith("<") and type(globs) is dict:
+            walker.global_name(globs, head, _prefix(globs) + head)  # covers C.m too
+        if code in walker.covered:
+            continue
+        walker.code_reads(code, globs, qual)
+        if code.co_freevars and not _made_by(code, codes):
+            raise Unguardable(f"it calls {qual}, a closure it cannot locate")
+
+
+def _made_by(code: CodeType, codes: Mapping[CodeType, Any]) -> bool:
+    """``code`` is nested in a code object that ran: its closure was made by this run."""
+    for other in codes:
+        stack = [other]
+        while stack:
+            co = stack.pop()
+            for c in co.co_consts:
+                if c is code:
+                    return True
+                if type(c) is CodeType:
+                    stack.append(c)
+    return False
+
+
+def _prefix(globs: Mapping[str, Any]) -> str:
+    name = dict.get(globs, "__name__") if type(globs) is dict else None  # type: ignore[arg-type]
+    return "" if type(name) is not str or name == "__main__" else f"{name}."
+
+
+def _stores(log: CallLog) -> list[str]:
+    """``global x; x = ...`` and ``nonlocal`` stores into cells made before this run."""
+    found = []
+    codes = log.codes
+    for code in codes:
+        facts = codefacts.facts(code)
+        qual = codefacts.qualname(code)
+        if facts.stores_globals:
+            found.append(f"{qual} assigns a global variable")
+        if facts.stores_free and not _made_by(code, codes):
+            names = ", ".join(sorted(facts.stores_free))
+            found.append(f"{qual} changes the nonlocal variable {names}")
+    return found
+
+
+def _edges(log: CallLog, fn: Any, label: str) -> dict[tuple[str, str], str]:
+    root_code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    names: dict[CodeType, str] = {}
+    edges: dict[tuple[str, str], str] = {}
+    for caller, code in log.calls:
+        callee = label if code is root_code else codefacts.qualname(code)
+        names[code] = callee
+        if caller is None or code is root_code:
+            continue
+        src = label if caller is root_code else names.get(caller, codefacts.qualname(caller))
+        if src != callee:
+            edges[(src, callee)] = "dynamic"
+    return edges
+
+
+def _merge(
+    a: dict[tuple[str, str], str], b: dict[tuple[str, str], str]
+) -> dict[tuple[str, str], str]:
+    edges = dict(a)
+    for key, kind in b.items():
+        edges[key] = kind if edges.get(key) in (None, kind) else "both"
+    return edges
+
+
+def _rng_state(gen: Any) -> Any:
+    try:
+        return rng_state(gen)
+    except Exception:  # a generator subclass with an unusual state: compare by identity
+        return id(gen)
+
+
+class _RecorderBusy(Node):
+    """Valid while another profiler keeps the call recorder out (3.10/3.11): once it is
+    gone, the entry is rebuilt and can be compiled."""
+
+    __slots__ = ()
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if recording_possible():
+            return Mismatch(self.label, ChangeKind.RECORDABLE)
+        return None

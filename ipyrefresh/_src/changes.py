@@ -1,0 +1,130 @@
+"""Why a cached derivative stopped being valid: structured changes, rendered only at the edges.
+
+A guard that fails at a call (or in a reporting sweep) produces a :class:`Change`: what
+changed (``subject``, a source path such as ``g`` or ``params['l1']['w']``), how
+(:class:`ChangeKind`), and the cell in which it was noticed. ``%stale``, ``status()`` and
+the status bar turn changes into text with :meth:`Change.describe`; nothing parses it back.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass
+
+
+class ChangeKind(enum.Enum):
+    """How a dependency changed; the value is the verb phrase shown to users."""
+
+    REDEFINED = "redefined"
+    REBOUND = "rebound"
+    DEFINED = "defined"
+    DELETED = "deleted"
+    CODE_CHANGED = "code changed in place"
+    DEFAULTS_CHANGED = "defaults changed"
+    CLOSURE_CHANGED = "closed-over value changed"
+    ATTRIBUTES_CHANGED = "attributes changed"
+    RULE_CHANGED = "gradient rule changed"
+    MUTATED = "changed in place"
+    RESHAPED = "changed shape or dtype"
+    CLASS_CHANGED = "class changed"
+    NOT_CALLABLE = "is not callable any more"
+    # Reasons that are not a change of the user's code or data.
+    NOT_BUILT = "not built yet"
+    EVICTED = "evicted from the cache"
+    REFRESH = "full refresh requested"
+    CONFIG = "configuration changed"
+    INTERRUPTED = "interrupted while building"
+    FAILED = "failed to build"
+    RECORDABLE = "can be compiled now (no other profiler is running)"
+
+
+#: Kinds that describe the cache itself rather than the user's code or data.
+INTERNAL = frozenset(
+    {
+        ChangeKind.NOT_BUILT,
+        ChangeKind.EVICTED,
+        ChangeKind.REFRESH,
+        ChangeKind.CONFIG,
+        ChangeKind.INTERRUPTED,
+        ChangeKind.FAILED,
+        ChangeKind.RECORDABLE,
+    }
+)
+
+
+@dataclass(frozen=True)
+class CellRef:
+    """A notebook cell: its execution count and, in Jupyter front ends, its cell id."""
+
+    count: int | None
+    cell_id: str | None = None
+
+
+class Detection(enum.Enum):
+    """Where a change was noticed."""
+
+    AFTER_CELL = "after the cell"  # the reporting sweep right after the cell ran
+    AT_CALL = "at a call"  # a guard at the derivative's call
+    ON_REQUEST = "on request"  # %stale, status(), %refresh
+
+
+@dataclass(frozen=True)
+class Change:
+    """One observed change of something a derivative was built from."""
+
+    kind: ChangeKind
+    subject: str = ""  # a source path: "g", "mymod.SCALE", "params['l1']['w']"
+    cell: CellRef | None = None
+    detection: Detection = Detection.AT_CALL
+    detail: str = ""
+
+    @property
+    def root_name(self) -> str:
+        """The top-level name the subject starts from (``params`` for ``params['l1']``)."""
+        s = self.subject
+        for i, ch in enumerate(s):
+            if ch in ".[(' ":
+                return s[:i]
+        return s
+
+    def describe(self) -> str:
+        text = self.kind.value if not self.subject else f"{self.subject} {self.kind.value}"
+        if self.detail:
+            text = f"{text} ({self.detail})"
+        if self.cell is not None and self.cell.count is not None:
+            if self.detection is Detection.AFTER_CELL:
+                text += f" in cell [{self.cell.count}]"
+            elif self.kind not in INTERNAL:
+                text += f", noticed in cell [{self.cell.count}]"
+        return text
+
+    def as_dict(self) -> dict[str, object]:
+        """The JSON form used by ``status()`` and the front end."""
+        cell = self.cell
+        return {
+            "text": self.describe(),
+            "kind": self.kind.name.lower(),
+            "subject": self.subject,
+            "cell": cell.count if cell is not None else None,
+            "cell_id": cell.cell_id if cell is not None else None,
+        }
+
+
+class ChangeLog:
+    """A short history of the changes that invalidated something, newest last."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, size: int = 200) -> None:
+        self._items: deque[Change] = deque(maxlen=size)
+
+    def record(self, change: Change) -> None:
+        self._items.append(change)
+
+    def recent(self, n: int = 20) -> list[Change]:
+        items = list(self._items)
+        return items[-n:]
+
+    def __len__(self) -> int:
+        return len(self._items)

@@ -1,0 +1,317 @@
+"""Facts read from bytecode: what a code object loads, stores, and which parameters it reads.
+
+These are static over-approximations used to decide *where to look* (which globals and
+module attributes a guard must cover, which parameters can change the answer) and to
+spot effects a compiled replay would skip (``global`` and ``nonlocal`` stores, dynamic
+namespace access). They never run user code. Works on CPython 3.10 to 3.13.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dis
+import os
+import site
+import sys
+import sysconfig
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import CodeType
+from typing import Any
+from weakref import WeakKeyDictionary
+
+_LOAD_GLOBAL = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
+_LOAD_ATTR = frozenset({"LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR"})
+_STORE_GLOBAL = frozenset({"STORE_GLOBAL", "DELETE_GLOBAL"})
+_STORE_DEREF = frozenset({"STORE_DEREF", "DELETE_DEREF"})
+_LOAD_FAST = frozenset(
+    {
+        "LOAD_FAST",
+        "LOAD_FAST_CHECK",
+        "LOAD_FAST_AND_CLEAR",
+        "LOAD_FAST_LOAD_FAST",
+        "STORE_FAST_LOAD_FAST",
+        "LOAD_CLOSURE",
+        "LOAD_DEREF",
+        "LOAD_CLASSDEREF",
+        "LOAD_FROM_DICT_OR_DEREF",
+    }
+)
+_CALL = frozenset({"CALL", "CALL_FUNCTION", "PRECALL", "CALL_METHOD"})
+#: Globals whose use means the code reads its namespace by computed names.
+_DYNAMIC_NAMESPACE = frozenset({"globals", "vars", "eval", "exec", "compile", "__import__"})
+#: Names whose use means the code may read its callers' local variables.
+_INTROSPECTION = frozenset(
+    {"locals", "_getframe", "currentframe", "f_back", "f_locals", "stack", "getouterframes"}
+)
+
+#: Code-object flags of generators and coroutines (they return before running their body).
+GENERATOR_FLAGS = 0x20 | 0x80 | 0x100 | 0x200
+_VARARGS, _VARKEYWORDS = 0x04, 0x08
+
+
+@dataclass(frozen=True)
+class CodeFacts:
+    """What one code object (with the comprehensions and lambdas nested in it) does."""
+
+    globals: frozenset[str]  # names loaded from the globals (or builtins)
+    attrs: frozenset[str]  # attribute names loaded anywhere
+    #: Attribute chains from a global (``("mymod", "sub", "f")``) or from a module
+    #: imported inside the code (``("import:os.path", "join")``).
+    chains: frozenset[tuple[str, ...]]
+    stores_globals: bool  # `global x; x = ...` or `del x`
+    stores_free: frozenset[str]  # `nonlocal` stores into cells of an enclosing function
+    dynamic_namespace: bool  # globals()[computed], vars(), eval, exec
+    introspects: bool  # locals(), frame objects
+    loaded_locals: frozenset[str]  # local (and cell) variables that are read
+
+
+_cache: WeakKeyDictionary[CodeType, CodeFacts] = WeakKeyDictionary()
+
+
+def facts(code: CodeType) -> CodeFacts:
+    """The :class:`CodeFacts` of ``code``; cached per code object."""
+    found = _cache.get(code)
+    if found is None:
+        found = _cache[code] = _scan(code)
+    return found
+
+
+def _scan(code: CodeType) -> CodeFacts:
+    names: set[str] = set()
+    attrs: set[str] = set()
+    chains: set[tuple[str, ...]] = set()
+    loaded: set[str] = set()
+    stores_globals = False
+    stores_free: set[str] = set()
+    dynamic = False
+    introspects = False
+    stack = [(code, True)]
+    while stack:
+        co, own = stack.pop()
+        ins = list(dis.get_instructions(co))
+        chains.update(_chains(ins))
+        for i, op in enumerate(ins):
+            name = op.opname
+            if name in _LOAD_GLOBAL:
+                g = op.argval
+                if g == "globals" and _const_subscript(ins, i) is not None:
+                    names.add(_const_subscript(ins, i))  # globals()['a'] reads 'a'
+                elif g in _DYNAMIC_NAMESPACE:
+                    dynamic = True
+                if g in _INTROSPECTION or g == "vars":
+                    introspects = True
+                names.add(g)
+            elif name in _LOAD_ATTR:
+                a = op.argval
+                attrs.add(a)
+                if a in _INTROSPECTION:
+                    introspects = True
+            elif name in _LOAD_FAST:
+                v = op.argval
+                if own:
+                    loaded.update(v if isinstance(v, tuple) else (v,))
+            elif name == "IMPORT_FROM":
+                attrs.add(op.argval)
+            elif name in _STORE_GLOBAL and own:
+                stores_globals = True
+            elif name in _STORE_DEREF and own and op.argval in co.co_freevars:
+                stores_free.add(op.argval)
+        # Nested code runs as part of this code when it is a comprehension or a lambda
+        # called in place; what it loads counts here. Its stores are its own (recorded
+        # separately when it runs).
+        stack.extend((c, False) for c in co.co_consts if type(c) is CodeType)
+    # A parameter captured by a nested function is read through its cell.
+    loaded.update(code.co_cellvars)
+    return CodeFacts(
+        globals=frozenset(names),
+        attrs=frozenset(attrs),
+        chains=frozenset(chains),
+        stores_globals=stores_globals,
+        stores_free=frozenset(stores_free),
+        dynamic_namespace=dynamic,
+        introspects=introspects,
+        loaded_locals=frozenset(loaded),
+    )
+
+
+_CHAIN_SKIP = frozenset({"CACHE", "PUSH_NULL", "EXTENDED_ARG", "NOP"})
+_STORE_LOCAL = frozenset({"STORE_FAST", "STORE_NAME", "STORE_DEREF", "STORE_GLOBAL"})
+
+
+def _chains(ins: list[dis.Instruction]) -> set[tuple[str, ...]]:
+    """Attribute chains rooted at a global or at a module imported in the code."""
+    found: set[tuple[str, ...]] = set()
+    imported: dict[str, tuple[str, ...]] = {}  # local name -> ("import:mod", attrs...)
+    for i, op in enumerate(ins):
+        if op.opname == "IMPORT_NAME" and type(op.argval) is str:
+            # `import a.b` (no fromlist) pushes the top package `a`; `from a.b import c`
+            # pushes `a.b` itself.
+            fromlist = ins[i - 1].argval if i and ins[i - 1].opname == "LOAD_CONST" else None
+            module = op.argval if fromlist else op.argval.split(".")[0]
+            j = i + 1
+            path: list[str] = []
+            while j < len(ins) and ins[j].opname in ("IMPORT_FROM", "LOAD_ATTR", "SWAP", "COPY"):
+                if ins[j].opname in ("IMPORT_FROM", "LOAD_ATTR"):
+                    path.append(ins[j].argval)
+                if j + 1 < len(ins) and ins[j + 1].opname in _STORE_LOCAL:
+                    chain = (f"import:{module}", *path)
+                    imported[ins[j + 1].argval] = chain
+                    found.add(chain)
+                    path = []
+                    j += 2
+                    continue
+                j += 1
+            if j < len(ins) and ins[j].opname in _STORE_LOCAL and not path:
+                imported.setdefault(ins[j].argval, (f"import:{module}",))
+    chain: list[str] = []
+    for op in ins:
+        name = op.opname
+        if name in _CHAIN_SKIP:
+            continue
+        if name in _LOAD_GLOBAL:
+            start: tuple[str, ...] | None = (op.argval,)
+        elif name in _LOAD_FAST and op.argval in imported:
+            start = imported[op.argval]
+        else:
+            start = None
+        if start is not None:
+            if len(chain) > 1:
+                found.add(tuple(chain))
+            chain = list(start)
+            continue
+        if name in _LOAD_ATTR and chain:
+            chain.append(op.argval)
+            continue
+        if len(chain) > 1:
+            found.add(tuple(chain))
+        chain = []
+    if len(chain) > 1:
+        found.add(tuple(chain))
+    return found
+
+
+def _const_subscript(ins: list[dis.Instruction], i: int) -> str | None:
+    """For ``globals()['a']`` at instruction ``i``: ``'a'``; else None."""
+    j = i + 1
+    while j < len(ins) and ins[j].opname in _CALL | {"PUSH_NULL", "CACHE"}:
+        if ins[j].opname in ("CALL", "CALL_FUNCTION") and ins[j].argval != 0:
+            return None
+        j += 1
+    if j + 1 < len(ins) and ins[j].opname == "LOAD_CONST" and ins[j + 1].opname == "BINARY_SUBSCR":
+        key = ins[j].argval
+        return key if type(key) is str else None
+    return None
+
+
+def parameters(code: CodeType) -> tuple[list[str], str | None, str | None, list[str]]:
+    """(positional names, *args name, **kwargs name, keyword-only names) of ``code``."""
+    n = code.co_argcount
+    k = code.co_kwonlyargcount
+    names = code.co_varnames
+    positional = list(names[:n])
+    kwonly = list(names[n : n + k])
+    i = n + k
+    star = names[i] if code.co_flags & _VARARGS else None
+    i += 1 if star else 0
+    dstar = names[i] if code.co_flags & _VARKEYWORDS else None
+    return positional, star, dstar, kwonly
+
+
+def unread_arguments(
+    code: CodeType, nargs: int, kwnames: tuple[str, ...], offset: int = 0
+) -> tuple[frozenset[int], frozenset[str]]:
+    """Positions and keywords of a call whose values the function provably never reads.
+
+    ``offset`` is the number of leading parameters bound before the call's arguments (1
+    for a bound method's ``self``). A parameter counts as read if any instruction loads
+    it, a nested function captures it, or the code can read its locals indirectly.
+    """
+    f = facts(code)
+    if f.introspects or f.dynamic_namespace:
+        return frozenset(), frozenset()
+    positional, star, dstar, kwonly = parameters(code)
+    read = f.loaded_locals
+    unread: set[int] = set()
+    for i in range(nargs):
+        p = i + offset
+        if p < len(positional):
+            if positional[p] not in read:
+                unread.add(i)
+        elif star is not None and star not in read:
+            unread.add(i)
+    unread_kw = set()
+    named = set(positional) | set(kwonly)
+    for k in kwnames:
+        if k in named:
+            if k not in read:
+                unread_kw.add(k)
+        elif dstar is not None and dstar not in read:
+            unread_kw.add(k)
+    return frozenset(unread), frozenset(unread_kw)
+
+
+def qualname(code: CodeType) -> str:
+    """``co_qualname`` (3.11+), or the plain name on 3.10."""
+    q = getattr(code, "co_qualname", None)
+    return q if type(q) is str else code.co_name
+
+
+# -- user code versus library code ---------------------------------------------------------
+
+
+def _library_prefixes() -> tuple[str, ...]:
+    paths = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    with contextlib.suppress(AttributeError):  # some virtualenvs have no site packages
+        paths.update(site.getsitepackages())
+    paths.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # ipyrefresh itself
+    return tuple(os.path.normcase(os.path.realpath(p)) + os.sep for p in paths if p)
+
+
+_LIBRARY = _library_prefixes()
+_is_user_file: dict[str, bool] = {}
+#: File names of code ipyrefresh generates itself (guards, replays, paths).
+GENERATED_FILE = "<ipyrefresh generated>"
+
+
+def is_user_code(code: CodeType) -> bool:
+    """True for code the user wrote: cells, ``exec``'d strings, their own modules."""
+    filename = code.co_filename
+    if filename.startswith("<"):
+        if filename == "<string>" and qualname(code).startswith("__create_fn__"):
+            return False  # methods generated by dataclasses
+        # Not cached: IPython names every cell's code differently, so a cache of these
+        # would grow by one entry per cell for the whole session.
+        return not (
+            filename.startswith(("<frozen", "<ipyrefresh"))
+            or filename == "<__array_function__ internals>"
+        )
+    known = _is_user_file.get(filename)
+    if known is None:
+        real = os.path.normcase(os.path.realpath(filename))
+        known = not real.startswith(_LIBRARY)
+        _is_user_file[filename] = known
+    return known
+
+
+def is_user_frame(code: CodeType, globs: Mapping[str, Any]) -> bool:
+    """User code running in ``globs``. Generated code (``<string>``) counts only when it
+    runs in the user's namespace or a user module: libraries exec helpers too
+    (namedtuple's ``__new__`` runs in a made-up ``namedtuple_Point`` module)."""
+    if not is_user_code(code):
+        return False
+    if not code.co_filename.startswith("<"):
+        return True
+    try:
+        name = globs.get("__name__")
+    except Exception:
+        return True
+    if type(name) is not str or name == "__main__":
+        return True
+    module = sys.modules.get(name)
+    if module is None:
+        return False
+    file = module.__dict__.get("__file__") if type(module.__dict__) is dict else None
+    if type(file) is not str:
+        return True
+    return not os.path.normcase(os.path.realpath(file)).startswith(_LIBRARY)

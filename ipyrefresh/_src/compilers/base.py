@@ -1,0 +1,124 @@
+"""What a compiler is, and what it hands back: the contracts between the engine and the
+compilers (``autograd``, ``tape``, ``jax``). Compilers import this module and nothing of
+the engine; the engine imports compilers only through the registry in ``__init__``.
+
+A build is two steps. :meth:`Compiler.trace` runs the user's function once, in the
+engine's recording (so every user function it enters is seen), and returns the answer
+of that one run with a :class:`Traced`. Then the engine, having walked what the run read
+into a :class:`~ipyrefresh._src.snapshot.Guard`, asks the compiler for the
+:class:`Variant` that answers later calls: the compiled artifact when nothing stands in
+the way, or the compiler's fallback (re-running the Python code on every call) when the
+run had effects a replay would skip or read something no guard can watch.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..snapshot import Guard
+
+Argnum = int | tuple[int, ...]
+
+
+class Transform(enum.Enum):
+    """The derivative a handle computes (autograd's names)."""
+
+    GRAD = "grad"
+    VALUE_AND_GRAD = "value_and_grad"
+    ELEMENTWISE_GRAD = "elementwise_grad"
+    JACOBIAN = "jacobian"
+    HESSIAN = "hessian"
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to differentiate: the transform and the positional argument(s)."""
+
+    transform: Transform
+    argnum: Argnum
+
+    @property
+    def argnums(self) -> tuple[int, ...]:
+        return self.argnum if isinstance(self.argnum, tuple) else (self.argnum,)
+
+
+class Miss:
+    """A variant does not apply to this call: a guard inside its replay failed."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __repr__(self) -> str:
+        return f"Miss({self.what!r})"
+
+
+class Variant(Protocol):
+    """A compiled way to answer calls, valid while ``guard`` holds.
+
+    ``run`` returns the answer, or a :class:`Miss` when a check inside the replay fails
+    (a branch on the differentiated value went the other way): another variant, or a
+    new trace, must answer. ``replays_python`` is True for variants that run the user's
+    code on every call (plain autograd, unjitted JAX): they are always current.
+    """
+
+    guard: Guard
+    note: str
+    replays_python: bool
+
+    def run(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
+
+    def describe(self) -> str: ...
+
+
+@dataclass
+class Traced:
+    """One run of the function, and how to turn it into a variant.
+
+    ``compile(guard)`` makes the compiled variant (lazily: the engine calls it at the
+    first call that reuses the build). ``unsupported`` says why this run cannot be
+    compiled ("" if it can). ``primitives`` are the autograd primitives the run applied,
+    whose registered VJPs the guard must watch.
+    """
+
+    result: Any
+    compile: Callable[[Guard], Variant] | None = None
+    unsupported: str = ""
+    primitives: list[Any] = field(default_factory=list)
+    detail: str = ""
+
+
+class Compiler(Protocol):
+    """Turns a function and a :class:`Request` into variants (see the module docstring)."""
+
+    name: str
+    #: Whether builds need to know what the run read (False: the fallback is all there is).
+    needs_guard: bool
+
+    def trace(
+        self, fn: Any, request: Request, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Traced: ...
+
+    def fallback(self, request: Request, guard: Guard, why: str) -> Variant: ...
+
+
+class PythonVariant:
+    """A variant that runs the user's code on every call: always current, never fast."""
+
+    replays_python = True
+
+    def __init__(self, call: Callable[..., Any], guard: Guard, note: str, kind: str) -> None:
+        self._call = call
+        self.guard = guard
+        self.note = note
+        self._kind = kind
+
+    def run(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return self._call(fn, args, kwargs)
+
+    def describe(self) -> str:
+        return self._kind

@@ -1,0 +1,428 @@
+"""Direct adjoints: autograd's own VJPs for the common primitives, as expressions.
+
+Each rule returns a Python expression for the cotangent of one argument, written with
+*the same operations in the same order* as autograd's VJP (``numpy_vjps.py``), calling
+the same helpers (``anp.where``, ``unbroadcast``'s sums, ``dot_adjoint_0``...), so that
+a replay gives autograd's bits. What differs is only when the work is done: shapes,
+broadcasting and metadata are decided when the tape is compiled, not on every call.
+
+A rule applies only while the primitive's registered VJP is still autograd's own: after
+``defvjp(anp.sin, ...)`` the user's rule runs (through the generic path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import autograd.numpy as anp
+import numpy as np
+from autograd.builtins import container_take
+from autograd.core import primitive_vjps
+from autograd.numpy import numpy_vjps
+from autograd.numpy import numpy_wrapper as W
+from autograd.numpy.numpy_boxes import ArrayBox
+
+getitem = ArrayBox.__getitem__
+
+
+def _raw(f: Any) -> Any:
+    return getattr(f, "fun", f)
+
+
+class Names(Protocol):
+    """What a rule needs from the code generator."""
+
+    def arg(self, op: Any, pos: int) -> str: ...
+    def const(self, value: Any) -> str: ...
+
+
+def is_autograds_rule(prim: Any) -> bool:
+    """The VJP registered for ``prim`` is the one autograd defines (not a user's)."""
+    maker = primitive_vjps.get(prim)
+    if maker is None:
+        return False
+    if not _from_autograd(maker):
+        return False
+    for cell in maker.__closure__ or ():
+        try:
+            content = cell.cell_contents
+        except ValueError:
+            continue
+        if type(content) is dict:
+            if not all(_from_autograd(f) for f in content.values()):
+                return False
+        elif callable(content) and content is not prim and not _from_autograd(content):
+            return False
+    return True
+
+
+def _from_autograd(f: Any) -> bool:
+    module = getattr(f, "__module__", None)
+    return type(module) is str and (module == "autograd" or module.startswith("autograd."))
+
+
+def _is_real(v: Any) -> bool:
+    t = type(v)
+    if t is float:
+        return True
+    if t is np.ndarray or isinstance(v, np.generic):
+        return v.dtype.kind == "f"
+    return False
+
+
+def _plain_number(v: Any) -> bool:
+    return type(v) in (int, bool) or _is_real(v)
+
+
+def shape_of(v: Any) -> tuple[int, ...]:
+    return tuple(np.shape(v))
+
+
+def unbroadcast(expr: str, value_shape: tuple[int, ...], target: Any) -> str:
+    """autograd's ``unbroadcast(expr, metadata(target))`` with the loop unrolled."""
+    shape = shape_of(target)
+    ndim = len(shape)
+    cur = len(value_shape)
+    while cur > ndim:
+        expr = f"_sum({expr}, axis=0)"
+        cur -= 1
+    for axis, size in enumerate(shape):
+        if size == 1:
+            expr = f"_sum({expr}, axis={axis}, keepdims=True)"
+    return expr
+
+
+UNARY: dict[Any, str] = {
+    anp.negative: "-{g}",
+    anp.exp: "{ans} * {g}",
+    anp.expm1: "({ans} + 1) * {g}",
+    anp.log: "{g} / {x}",
+    anp.log1p: "{g} / ({x} + 1)",
+    anp.sin: "{g} * _cos({x})",
+    anp.cos: "-{g} * _sin({x})",
+    anp.tan: "{g} / _cos({x}) ** 2",
+    anp.arcsin: "{g} / _sqrt(1 - {x}**2)",
+    anp.arccos: "-{g} / _sqrt(1 - {x}**2)",
+    anp.arctan: "{g} / (1 + {x}**2)",
+    anp.sinh: "{g} * _cosh({x})",
+    anp.cosh: "{g} * _sinh({x})",
+    anp.tanh: "{g} / _cosh({x}) ** 2",
+    anp.arcsinh: "{g} / _sqrt({x}**2 + 1)",
+    anp.arccosh: "{g} / _sqrt({x}**2 - 1)",
+    anp.arctanh: "{g} / (1 - {x}**2)",
+    anp.square: "{g} * 2 * {x}",
+    anp.sqrt: "{g} * 0.5 * {x}**-0.5",
+    anp.reciprocal: "-{g} / {x}**2",
+    anp.abs: "{g} * _where(_conj({x}), _conj({x}), 0.0) / _where({ans}, {ans}, 1.0)",
+    anp.absolute: "{g} * _where(_conj({x}), _conj({x}), 0.0) / _where({ans}, {ans}, 1.0)",
+}
+
+BINARY: dict[Any, tuple[str, str]] = {
+    anp.add: ("{g}", "{g}"),
+    anp.subtract: ("{g}", "-{g}"),
+    anp.multiply: ("{y} * {g}", "{x} * {g}"),
+    anp.divide: ("{g} / {y}", "-{g} * {x} / {y}**2"),
+    anp.true_divide: ("{g} / {y}", "-{g} * {x} / {y}**2"),
+    anp.power: (
+        "{g} * {y} * {x} ** _where({y}, {y} - 1, 1.0)",
+        "{g} * _log(_where({x}, {x}, 1.0)) * {ans}",
+    ),
+    anp.maximum: (
+        "{g} * (({x} == {ans}) / (1.0 + ({x} == {y})))",
+        "{g} * (({y} == {ans}) / (1.0 + ({y} == {x})))",
+    ),
+    anp.minimum: (
+        "{g} * (({x} == {ans}) / (1.0 + ({x} == {y})))",
+        "{g} * (({y} == {ans}) / (1.0 + ({y} == {x})))",
+    ),
+}
+
+#: Forward operators that are the same ufunc call as the primitive, but cheaper to
+#: dispatch, used when one operand is a numpy object (so the result type is the same).
+OPERATORS: dict[Any, str] = {
+    anp.add: "{x} + {y}",
+    anp.subtract: "{x} - {y}",
+    anp.multiply: "{x} * {y}",
+    anp.divide: "{x} / {y}",
+    anp.true_divide: "{x} / {y}",
+    anp.negative: "-{x}",
+}
+
+
+def _is_numpy(v: Any) -> bool:
+    return type(v) is np.ndarray or isinstance(v, np.generic)
+
+
+def forward(names: Names, op: Any) -> str | None:
+    """A cheaper expression for an op's value than calling the primitive, or None."""
+    if op.kwargs:
+        return None
+    f = op.fun
+    if (f is getitem or f is container_take) and len(op.args) == 2:
+        return f"{names.arg(op, 0)}[{names.arg(op, 1)}]"
+    template = OPERATORS.get(f)
+    if template is None or not any(_is_numpy(a) for a in op.args):
+        return None
+    if len(op.args) == 1:
+        return template.format(x=names.arg(op, 0))
+    if len(op.args) == 2:
+        return template.format(x=names.arg(op, 0), y=names.arg(op, 1))
+    return None
+
+
+def adjoint(names: Names, op: Any, pos: int, g: str, ans: str) -> str | None:
+    """Expression for the cotangent of argument ``pos`` of ``op``, given cotangent ``g``.
+
+    ``None`` when no direct rule applies; the generic path then calls autograd's VJP.
+    """
+    f = op.fun
+    if not _is_real(op.value) or not _plain_number(op.args[pos]):
+        return None
+    if not is_autograds_rule(f):
+        return None
+    nargs = len(op.args)
+    if f in UNARY and nargs == 1 and not op.kwargs:
+        return UNARY[f].format(g=g, x=names.arg(op, 0), ans=ans)
+    if f in BINARY and nargs == 2 and not op.kwargs:
+        if not all(_plain_number(a) for a in op.args):
+            return None
+        expr = BINARY[f][pos].format(g=g, x=names.arg(op, 0), y=names.arg(op, 1), ans=ans)
+        return unbroadcast(expr, shape_of(op.value), op.args[pos])
+    rule = RULES.get(f)
+    return rule(names, op, pos, g) if rule is not None else None
+
+
+def _reduction(names: Names, op: Any, pos: int, g: str, mean: bool) -> str | None:
+    """``repeat_to_match_shape`` of ``grad_np_sum`` / ``grad_np_mean``."""
+    x = op.args[0]
+    kw = dict(op.kwargs)
+    axis = op.args[1] if len(op.args) > 1 else kw.pop("axis", None)
+    kw.pop("keepdims", None)
+    if len(op.args) > 2 or kw or pos != 0:
+        return None
+    shape = shape_of(x)
+    if shape == ():  # repeat_to_match_shape returns (g, 1)
+        return f"{g} / 1" if mean else g
+    index = list(axis) if isinstance(axis, tuple) else axis
+    new_shape = np.array(shape)
+    new_shape[index] = 1
+    expr = (
+        f"_reshape({g}, {names.const(new_shape)}) + "
+        f"_np_zeros({shape!r}, dtype={names.const(np.result_type(x))})"
+    )
+    if mean:
+        reps = np.prod(np.array(shape)[index])
+        expr = f"({expr}) / {names.const(reps)}"
+    return expr
+
+
+def _sum(names: Names, op: Any, pos: int, g: str) -> str | None:
+    return _reduction(names, op, pos, g, mean=False)
+
+
+def _mean(names: Names, op: Any, pos: int, g: str) -> str | None:
+    return _reduction(names, op, pos, g, mean=True)
+
+
+def _dot(names: Names, op: Any, pos: int, g: str) -> str | None:
+    """``dot_vjp_0``/``dot_vjp_1``: autograd's adjoint helpers with constant metadata."""
+    if op.kwargs or len(op.args) != 2:
+        return None
+    a, b = op.args
+    am, bm = names.const(W.metadata(a)), names.const(W.metadata(b))
+    an, bn = names.arg(op, 0), names.arg(op, 1)
+    if pos == 0:
+        return f"_match_complex({an}, _dot_adjoint_0({bn}, {g}, {am}, {bm}))"
+    return f"_match_complex({bn}, _dot_adjoint_1({an}, {g}, {am}, {bm}))"
+
+
+def _matmul(names: Names, op: Any, pos: int, g: str) -> str | None:
+    """``matmul_vjp_0``/``matmul_vjp_1`` with constant metadata."""
+    if op.kwargs or len(op.args) != 2:
+        return None
+    a, b = op.args
+    an, bn = names.arg(op, 0), names.arg(op, 1)
+    if pos == 0:
+        meta, nd = names.const(W.metadata(a)), np.ndim(b)
+        return f"_matmul_adjoint_0({bn}, {g}, {meta}, {nd})"
+    meta, nd = names.const(W.metadata(b)), np.ndim(a)
+    return f"_matmul_adjoint_1({an}, {g}, {nd}, {meta})"
+
+
+def _reshape_like(names: Names, op: Any, pos: int, g: str) -> str | None:
+    """reshape/ravel: ``anp.reshape(g, anp.shape(x), order=order)``."""
+    if pos != 0:
+        return None
+    order = op.kwargs.get("order")
+    if set(op.kwargs) - {"order"}:
+        return None
+    if op.fun is anp.ravel and len(op.args) > 1:
+        order = op.args[1]
+    if op.fun is anp.reshape and len(op.args) > 2:
+        order = op.args[2]
+    return f"_reshape({g}, {shape_of(op.args[0])!r}, order={order!r})"
+
+
+def _to_shape(names: Names, op: Any, pos: int, g: str) -> str | None:
+    """expand_dims/squeeze: ``anp.reshape(g, anp.shape(x))``."""
+    if pos != 0:
+        return None
+    return f"_reshape({g}, {shape_of(op.args[0])!r})"
+
+
+def _transpose(names: Names, op: Any, pos: int, g: str) -> str | None:
+    """``grad_transpose``: ``anp.transpose(g, argsort(axes))``."""
+    if pos != 0 or set(op.kwargs) - {"axes"} or (len(op.args) > 1 and op.kwargs):
+        return None
+    axes = op.args[1] if len(op.args) > 1 else op.kwargs.get("axes")
+    if axes is not None:
+        axes = W.argsort.fun(axes) if hasattr(W.argsort, "fun") else np.argsort(axes)
+    return f"_transpose({g}, {names.const(axes)})"
+
+
+RULES: dict[Any, Callable[[Names, Any, int, str], str | None]] = {
+    anp.sum: _sum,
+    W._primitive_mean: _mean,
+    anp.dot: _dot,
+    anp.matmul: _matmul,
+    anp.reshape: _reshape_like,
+    anp.ravel: _reshape_like,
+    anp.expand_dims: _to_shape,
+    anp.squeeze: _to_shape,
+    anp.transpose: _transpose,
+}
+
+# Names the generated code may use: the very callables autograd's VJPs call (raw, where
+# they are primitives: called on raw values a primitive calls its raw function anyway).
+HELPERS: dict[str, Any] = {
+    "_sum": _raw(W.sum),
+    "_cos": _raw(W.cos),
+    "_sin": _raw(W.sin),
+    "_cosh": _raw(W.cosh),
+    "_sinh": _raw(W.sinh),
+    "_sqrt": _raw(W.sqrt),
+    "_log": _raw(W.log),
+    "_conj": _raw(W.conj),
+    "_real": _raw(W.real),
+    "_reshape": _raw(W.reshape),
+    "_transpose": _raw(W.transpose),
+    "_where": W.where if not hasattr(W.where, "fun") else W.where.fun,
+    "_np_zeros": np.zeros,
+    "_match_complex": numpy_vjps.match_complex,
+    "_dot_adjoint_0": _raw(numpy_vjps.dot_adjoint_0),
+    "_dot_adjoint_1": _raw(numpy_vjps.dot_adjoint_1),
+    "_matmul_adjoint_0": numpy_vjps.matmul_adjoint_0,
+    "_matmul_adjoint_1": numpy_vjps.matmul_adjoint_1,
+}
+
+
+# -- which primitives' output shapes follow from their inputs' shapes ----------------------
+
+
+def _shape_static_set() -> set[Any]:
+    import autograd.numpy.fft as afft
+    import autograd.numpy.linalg as alin
+
+    names = [
+        "sum",
+        "prod",
+        "amax",
+        "amin",
+        "max",
+        "min",
+        "cumsum",
+        "cumprod",
+        "dot",
+        "matmul",
+        "tensordot",
+        "einsum",
+        "inner",
+        "outer",
+        "kron",
+        "cross",
+        "reshape",
+        "ravel",
+        "transpose",
+        "swapaxes",
+        "moveaxis",
+        "rollaxis",
+        "permute_dims",
+        "expand_dims",
+        "squeeze",
+        "concatenate_args",
+        "array_from_args",
+        "_array_from_scalar_or_array",
+        "where",
+        "clip",
+        "diff",
+        "roll",
+        "tile",
+        "broadcast_to",
+        "linspace",
+        "full",
+        "pad",
+        "sort",
+        "partition",
+        "diag",
+        "diagonal",
+        "make_diagonal",
+        "trace",
+        "tril",
+        "triu",
+        "fliplr",
+        "flipud",
+        "rot90",
+        "atleast_1d",
+        "atleast_2d",
+        "atleast_3d",
+        "split",
+        "array_split",
+        "hsplit",
+        "vsplit",
+        "dsplit",
+        "_astype",
+        "astype",
+        "real",
+        "imag",
+        "conj",
+        "conjugate",
+        "angle",
+        "real_if_close",
+        "nan_to_num",
+        "sinc",
+        "gradient",
+        "_primitive_mean",
+        "_primitive_var",
+        "_primitive_std",
+    ]
+    found = {getattr(W, n) for n in names if hasattr(W, n)}
+    found |= {f for f in vars(alin).values() if callable(f) and hasattr(f, "fun")}
+    found |= {f for f in vars(afft).values() if callable(f) and hasattr(f, "fun")}
+    return found
+
+
+SHAPE_STATIC = _shape_static_set() | {container_take}
+_WHERE = getattr(anp, "_original_where", W.where)
+
+
+def shape_static(op: Any) -> bool:
+    """The op's output shape is fixed by its inputs' shapes (which the key fixes).
+
+    Others (``np.unique``, boolean masks) get a shape guard: Python code may read the
+    shape of their result (``len(np.unique(y))``) without a trace seeing it.
+    """
+    f = op.fun
+    if f is getitem:
+        return 1 not in op.argnums
+    if f is _WHERE:
+        return len(op.args) == 3
+    raw = getattr(f, "fun", None)
+    return f in SHAPE_STATIC or (isinstance(raw, np.ufunc) and raw.signature is None)
+
+
+def shapes(v: Any) -> Any:
+    """Shape of an array, or the nested shapes of a tuple/list of arrays."""
+    if type(v) is tuple or type(v) is list:
+        return tuple(shapes(e) for e in v)
+    return np.shape(v)

@@ -1,0 +1,100 @@
+"""The "tape" compiler: autograd's answer on the first call, a compiled replay after.
+
+The first call runs autograd itself while recording a tape (``record.py``); the answer
+is autograd's. The replay is generated (``emit.py``) only when a second call reuses the
+build, so one-off derivatives (``%grad f(x)``) never pay for code generation. A replay
+whose guard on the differentiated value fails (a branch went the other way) returns a
+:class:`~ipyrefresh._src.compilers.base.Miss`; the engine then tries another variant or
+traces again. What the tape cannot represent runs on plain autograd, and says why.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...snapshot import Guard
+from ..autograd import plain, reference
+from ..base import PythonVariant, Request, Traced, Transform, Variant
+from . import patches
+from .emit import Compiled, generate
+from .record import OpGuard, Tape, Unsupported, transform
+
+
+def _root(request: Request) -> str:
+    if isinstance(request.argnum, int):
+        return f"args[{request.argnum}]"
+    return "(" + "".join(f"args[{i}], " for i in request.argnum) + ")"
+
+
+class TapeVariant:
+    """A tape, generated into Python at its first replay."""
+
+    replays_python = False
+
+    def __init__(self, tape: Tape, request: Request, guard: Guard) -> None:
+        self.guard = guard
+        self.note = ""
+        self._tape: Tape | None = tape
+        self._request = request
+        self._compiled: Compiled | None = None
+        self._fallback: Any = None
+
+    def run(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        compiled = self._compiled
+        if compiled is not None:
+            return compiled.run(args, kwargs)
+        if self._fallback is None:
+            self._compile()
+            if self._compiled is not None:
+                return self._compiled.run(args, kwargs)
+        return self._fallback(fn, args, kwargs)
+
+    def _compile(self) -> None:
+        tape, self._tape = self._tape, None
+        assert tape is not None
+        kind = self._request.transform
+        if kind is Transform.HESSIAN:  # jacobian(jacobian(f)): the tape is the outer one's
+            kind = Transform.JACOBIAN
+        try:
+            self._compiled = generate(tape, kind, _root(self._request))
+        except Unsupported as exc:
+            self.note = str(exc)
+            self._fallback = plain(self._request)
+
+    @property
+    def source(self) -> str:
+        if self._compiled is None and self._fallback is None:
+            self._compile()
+        return self._compiled.source if self._compiled is not None else ""
+
+    def describe(self) -> str:
+        c = self._compiled
+        if c is None:
+            return "plain autograd" if self._fallback is not None else "tape (not compiled yet)"
+        return f"tape: {c.ops} ops ({c.direct} direct), {len(c.guards)} guards"
+
+
+class TapeCompiler:
+    """Registered as "tape" (the default)."""
+
+    name = "tape"
+    needs_guard = True
+
+    def trace(
+        self, fn: Any, request: Request, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Traced:
+        broken = patches.install()
+        if broken:
+            return Traced(reference(fn, request, args, kwargs), unsupported=broken)
+        tape = Tape()
+        result = transform(request.transform, tape)(fn, request.argnum)(*args, **kwargs)
+        prims = [op.fun for op in tape.ops]
+        prims += [e.fun for e in tape.events if type(e) is OpGuard]
+
+        def compile_variant(guard: Guard) -> Variant:
+            return TapeVariant(tape, request, guard)
+
+        return Traced(result, compile_variant, tape.unsupported, prims)
+
+    def fallback(self, request: Request, guard: Guard, why: str) -> Variant:
+        return PythonVariant(plain(request), guard, why, "plain autograd")

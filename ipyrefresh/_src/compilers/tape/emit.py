@@ -1,0 +1,353 @@
+"""Turn a tape into straight-line Python that computes what autograd computes.
+
+Phases, each a function below:
+
+1. :func:`liveness` — which forward values the answer and the guards need;
+2. :func:`backward_order` — autograd's own ``toposort`` of the nodes, so gradients of a
+   value used several times are added in autograd's order (bitwise-equal sums);
+3. :func:`plan_backward` — per node, a direct adjoint expression for each parent
+   (``adjoints.py``) or autograd's VJP maker; per slot, how contributions are added
+   (``+`` then ``+=`` as ``add_outgrads`` does for dense values, ``add_outgrads``
+   itself wherever a contribution's type is not known in advance);
+4. :class:`Emitter` — forward code with guards checked as they come, backward code,
+   and the transform's wrapper (seed, Jacobian loop, value and gradient).
+
+The generated function takes ``(args, kwargs)`` and returns the answer, or a
+:class:`~ipyrefresh._src.compilers.base.Miss` when a guard fails.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import autograd.numpy as anp
+import numpy as np
+from autograd.core import add_outgrads, primitive_vjps, vspace
+
+from ...code import GENERATED_FILE
+from ..base import Miss, Transform
+from . import adjoints
+from .record import BoolGuard, Op, OpGuard, Tape, Unsupported
+
+_INLINE = (int, bool, str, type(None))
+_names = itertools.count()
+
+
+def same(a: Any, b: Any) -> bool:
+    """Exact equality of guard values (arrays by shape, dtype and content; NaN == NaN)."""
+    ta = type(a)
+    if ta is not type(b):
+        return False
+    if ta is np.ndarray:
+        return (
+            a.shape == b.shape
+            and a.dtype == b.dtype
+            and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+        )
+    if ta is tuple or ta is list:
+        return len(a) == len(b) and all(map(same, a, b))
+    try:
+        if a != a:  # NaN
+            return bool(b != b)
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+# -- phase 1: liveness -----------------------------------------------------------------------
+
+
+def liveness(tape: Tape) -> list[bool]:
+    """Slots whose values are computed on replay: ancestors of the output, of every
+    guard, and ops whose output shape Python code may have read."""
+    producer = {op.slot: op for op in tape.ops}
+    needed = [False] * len(tape.values)
+
+    def mark(slot: int) -> None:
+        stack = [slot]
+        while stack:
+            s = stack.pop()
+            if needed[s]:
+                continue
+            needed[s] = True
+            op = producer.get(s)
+            if op is not None:
+                stack.extend(op.parents)
+
+    mark(tape.output)
+    for e in tape.events:
+        if type(e) is BoolGuard:
+            mark(e.slot)
+        elif type(e) is OpGuard:
+            for p in e.parents:
+                mark(p)
+        elif type(e) is Op and not adjoints.shape_static(e):
+            mark(e.slot)
+    return needed
+
+
+# -- phase 2: autograd's backward order ------------------------------------------------------
+
+
+def backward_order(tape: Tape) -> list[int]:
+    """``autograd.util.toposort`` from the output node, over slots."""
+    parents = {op.slot: op.parents for op in tape.ops}
+    parents[0] = ()
+    counts: dict[int, int] = {}
+    stack = [tape.output]
+    while stack:
+        node = stack.pop()
+        if node in counts:
+            counts[node] += 1
+        else:
+            counts[node] = 1
+            stack.extend(parents[node])
+    order = []
+    childless = [tape.output]
+    while childless:
+        node = childless.pop()
+        order.append(node)
+        for p in parents[node]:
+            if counts[p] == 1:
+                childless.append(p)
+            else:
+                counts[p] -= 1
+    return order
+
+
+# -- phase 3: the backward plan --------------------------------------------------------------
+
+
+@dataclass
+class Step:
+    """The VJP of one node: direct expressions per parent, or autograd's maker."""
+
+    op: Op
+    exprs: list[str] | None  # one per parent (aligned with op.parents), or None: generic
+
+
+@dataclass
+class Plan:
+    steps: list[Step]
+    generic_slots: set[int] = field(default_factory=set)  # accumulated with add_outgrads
+
+
+def plan_backward(tape: Tape, names: Any, order: list[int]) -> Plan:
+    producer = {op.slot: op for op in tape.ops}
+    steps = []
+    generic: set[int] = set()
+    for slot in order:
+        if slot == 0:
+            continue
+        op = producer[slot]
+        exprs: list[str] | None = []
+        for pos in op.argnums:
+            expr = adjoints.adjoint(names, op, pos, "{G}", f"v{op.slot}")
+            if expr is None:
+                exprs = None
+                break
+            exprs.append(expr)  # type: ignore[union-attr]
+        if exprs is None:
+            _check_vjp(op)
+            generic.update(op.parents)
+        steps.append(Step(op, exprs))
+    return Plan(steps, generic)
+
+
+def _check_vjp(op: Op) -> None:
+    """autograd built this VJP while tracing (``VJPNode``); it exists."""
+    if primitive_vjps.get(op.fun) is None:  # pragma: no cover - the trace raised already
+        raise Unsupported(f"VJP of {getattr(op.fun, '__name__', op.fun)} not defined")
+
+
+# -- phase 4: emission -----------------------------------------------------------------------
+
+
+@dataclass
+class Compiled:
+    """Generated code for one tape."""
+
+    run: Any
+    source: str
+    guards: list[str]
+    ops: int
+    direct: int
+
+
+class Emitter:
+    """Generates the replay function of one tape for one transform."""
+
+    def __init__(self, tape: Tape, kind: Transform, root: str) -> None:
+        self.tape = tape
+        self.kind = kind
+        self.root = root  # expression reading the differentiated argument(s)
+        self.ns: dict[str, Any] = dict(adjoints.HELPERS)
+        self.ns.update(
+            _same=same,
+            _add=add_outgrads,
+            _shapes=adjoints.shapes,
+            _stack=anp.stack,
+            _reshape_j=getattr(anp.reshape, "fun", anp.reshape),
+        )
+        self._consts: dict[int, str] = {}
+        self._keep: list[Any] = []
+        self.lines: list[str] = []
+        self.guards: list[str] = []
+
+    # -- names -----------------------------------------------------------------------------
+    def const(self, value: Any) -> str:
+        t = type(value)
+        if t in _INLINE or (t is float and np.isfinite(value) and repr(float(value)) != "-0.0"):
+            return repr(value)
+        if t is tuple and all(type(v) in _INLINE for v in value):
+            return repr(value)
+        name = self._consts.get(id(value))
+        if name is None:
+            name = self._consts[id(value)] = f"K{len(self._consts)}"
+            self.ns[name] = value
+            self._keep.append(value)  # keeps ids unique while compiling
+        return name
+
+    def arg(self, op: Any, pos: int) -> str:
+        for p, slot in zip(op.argnums, op.parents, strict=True):
+            if p == pos:
+                return f"v{slot}"
+        return self.const(op.args[pos])
+
+    def call_args(self, op: Any) -> str:
+        parts = [self.arg(op, i) for i in range(len(op.args))]
+        if op.kwargs:
+            parts.append(f"**{self.const(op.kwargs)}")
+        return ", ".join(parts)
+
+    def guard(self, cond: str, what: str, indent: str = "    ") -> None:
+        miss = self.const(Miss(what))
+        self.lines.append(f"{indent}if {cond}: return {miss}")
+        self.guards.append(what)
+
+    # -- phases ----------------------------------------------------------------------------
+    def emit(self) -> Compiled:
+        tape = self.tape
+        needed = liveness(tape)
+        self.lines.append(f"    v0 = {self.root}")
+        self._forward(needed)
+        order = backward_order(tape)
+        plan = plan_backward(tape, self, order)
+        body = self._backward(plan)
+        self._wrap(body, plan)
+        name = f"replay_{next(_names)}"
+        source = f"def {name}(args, kwargs):\n" + "\n".join(self.lines) + "\n"
+        exec(compile(source, GENERATED_FILE, "exec"), self.ns)
+        direct = sum(1 for s in plan.steps if s.exprs is not None)
+        return Compiled(self.ns[name], source, self.guards, len(plan.steps), direct)
+
+    def _forward(self, needed: list[bool]) -> None:
+        for e in self.tape.events:
+            if type(e) is BoolGuard:
+                want = "True" if e.expected else "False"
+                self.guard(f"bool(v{e.slot}) is not {want}", f"bool(...) is {want} at {e.where}")
+            elif type(e) is OpGuard:
+                raw = self.const(getattr(e.fun, "fun", e.fun))
+                self.lines.append(f"    t = {raw}({self.call_args(e)})")
+                exp = e.value
+                if type(exp) in (bool, np.bool_):
+                    self.guard(f"t is not {self.const(exp)}", _describe(e, exp))
+                else:
+                    self.guard(f"not _same(t, {self.const(exp)})", _describe(e, exp))
+            elif type(e) is Op and needed[e.slot]:
+                expr = adjoints.forward(self, e)
+                if expr is None:
+                    expr = f"{self.const(getattr(e.fun, 'fun', e.fun))}({self.call_args(e)})"
+                self.lines.append(f"    v{e.slot} = {expr}")
+                if not adjoints.shape_static(e):
+                    want = adjoints.shapes(e.value)
+                    fname = getattr(e.fun, "__name__", "?")
+                    self.guard(f"_shapes(v{e.slot}) != {want!r}", f"shape of {fname}(...)")
+
+    def _backward(self, plan: Plan) -> list[str]:
+        """Backward statements (without indentation), in autograd's order."""
+        body: list[str] = []
+        count: dict[int, int] = {}
+        generic = plan.generic_slots
+
+        def read(slot: int) -> str:
+            if slot == self.tape.output:
+                return "gs"
+            return f"f{slot}[0]" if slot in generic else f"g{slot}"
+
+        def accumulate(slot: int, expr: str) -> None:
+            k = count.get(slot, 0) + 1
+            count[slot] = k
+            if slot in generic:
+                prev = f"f{slot}" if k > 1 else "None"
+                body.append(f"f{slot} = _add({prev}, {expr})")
+            elif k == 1:
+                body.append(f"g{slot} = {expr}")
+            elif k == 2:
+                body.append(f"g{slot} = g{slot} + {expr}")
+            else:
+                body.append(f"g{slot} += {expr}")
+
+        for step in plan.steps:
+            op = step.op
+            g = read(op.slot)
+            if step.exprs is not None:
+                for parent, expr in zip(op.parents, step.exprs, strict=True):
+                    accumulate(parent, f"({expr.replace('{G}', g)})")
+            else:
+                maker = self.const(primitive_vjps[op.fun])
+                argtuple = "(" + "".join(f"{self.arg(op, i)}, " for i in range(len(op.args))) + ")"
+                kw = self.const(op.kwargs)
+                body.append(
+                    f"it = iter({maker}({op.argnums!r}, v{op.slot}, {argtuple}, {kw})({g}))"
+                )
+                for parent in op.parents:
+                    accumulate(parent, "next(it)")
+        return body
+
+    def _wrap(self, body: list[str], plan: Plan) -> None:
+        tape = self.tape
+        result = "f0[0]" if 0 in plan.generic_slots else "g0"
+        if tape.output == 0:  # the function returns its argument unchanged
+            result = "gs"
+        vs = vspace(tape.values[tape.output])
+        vs_name = self.const(vs)
+        lines = self.lines
+        if self.kind is Transform.JACOBIAN:
+            jshape = tuple(vs.shape) + tuple(vspace(tape.values[0]).shape)
+            lines.append("    grads = []")
+            lines.append(f"    for gs in {vs_name}.standard_basis():")
+            lines.extend("        " + b for b in body)
+            lines.append(f"        grads.append({result})")
+            lines.append(f"    return _reshape_j(_stack(grads), {jshape!r})")
+            return
+        lines.append(f"    gs = {vs_name}.ones()")
+        lines.extend("    " + b for b in body)
+        if self.kind is Transform.VALUE_AND_GRAD:
+            lines.append(f"    return v{tape.output}, {result}")
+        else:
+            lines.append(f"    return {result}")
+
+
+def _describe(e: OpGuard, expected: Any) -> str:
+    name = getattr(e.fun, "__name__", "?")
+    shown = repr(bool(expected) if type(expected) is np.bool_ else expected)
+    if len(shown) > 40:
+        shown = shown[:37] + "..."
+    return f"{name}(...) == {shown} at {e.where}"
+
+
+def generate(tape: Tape, kind: Transform, root: str) -> Compiled:
+    """Compile ``tape`` (recorded for ``kind``; a Hessian's tape is a Jacobian's)."""
+    if tape.unsupported:
+        raise Unsupported(tape.unsupported)
+    if tape.output < 0:
+        raise Unsupported("the output does not depend on the input")
+    try:
+        return Emitter(tape, kind, root).emit()
+    except Unsupported:
+        raise
+    except Exception as exc:
+        raise Unsupported(f"cannot compile the tape ({type(exc).__name__}: {exc})") from None

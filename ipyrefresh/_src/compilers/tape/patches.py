@@ -1,0 +1,156 @@
+"""The two hooks the tape needs in autograd, installed on first use and removable.
+
+* ``notrace_primitives[TapeNode]``: autograd asks this set whether to skip recording a
+  primitive applied to traced values. For its non-differentiable primitives
+  (comparisons, ``floor``, ``argmax``...) we record an :class:`OpGuard` — reading the
+  call from autograd's primitive wrapper — and answer yes, exactly as for ``VJPNode``.
+* ``Box.__bool__``: ``if x > 0`` on a traced value is recorded as a :class:`BoolGuard`.
+  For boxes of any other trace it does what autograd's own ``__bool__`` does.
+* The integer dtypes' constructors (``anp.int64(x)``) unbox their argument without
+  recording anything; on a traced value they mark the tape unsupported.
+
+:func:`install` checks, on a small trace, that the hooks see what they must in the
+installed autograd version; if not, the tape compiler is unavailable (and says why).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+import autograd.numpy as anp
+from autograd.core import VJPNode
+from autograd.tracer import Box, notrace_primitives
+
+from .record import BoolGuard, OpGuard, Tape, TapeNode, user_location
+
+# Non-differentiable primitives whose result depends only on shapes and dtypes, which
+# the cache key fixes already: no guard needed.
+_STATIC = {
+    anp.ndim,
+    anp.shape,
+    anp.size,
+    anp.result_type,
+    anp.iscomplexobj,
+    anp.isscalar,
+    anp.zeros_like,
+    anp.ones_like,
+    anp.empty_like,
+}
+_INT_TYPES = ("int8", "int16", "int32", "int64", "integer")
+
+
+class _NotraceSpy:
+    """Stands in for ``notrace_primitives[TapeNode]``; see the module docstring."""
+
+    def __contains__(self, f: Any) -> bool:
+        if f not in notrace_primitives[VJPNode]:
+            return False
+        frame = sys._getframe(1)
+        loc = frame.f_locals
+        try:
+            argvals, kwargs, boxed = loc["argvals"], loc["kwargs"], loc["boxed_args"]
+            tape: Tape = boxed[0][1]._node.tape
+        except (KeyError, IndexError, AttributeError, TypeError):
+            _State.broken = "cannot read autograd's primitive call (unknown autograd version)"
+            return True
+        if f in _STATIC:
+            return True
+        if any(isinstance(a, Box) for a in argvals):
+            tape.note(f"{getattr(f, '__name__', '?')} mixes traced values of different traces")
+            return True
+        try:
+            value = f.fun(*argvals, **kwargs)
+        except Exception:  # the real call raises the same error a moment later
+            return True
+        argnums = tuple(pos for pos, _ in boxed)
+        parents = tuple(b._node.slot for _, b in boxed)
+        tape.events.append(
+            OpGuard(f, tuple(argvals), dict(kwargs), argnums, parents, value, user_location(2))
+        )
+        return True
+
+
+def _traced_bool(self: Box) -> bool:
+    result = bool(self._value)
+    node = self._node
+    if type(node) is TapeNode:
+        node.tape.events.append(BoolGuard(node.slot, result, user_location(2)))
+    return result
+
+
+def _int_new(orig: Any) -> Any:
+    def __new__(*args: Any, **kwargs: Any) -> Any:
+        for a in args:
+            if isinstance(a, Box) and type(a._node) is TapeNode:
+                a._node.tape.note("converts a traced value to an integer (anp.int64(x))")
+        return orig(*args, **kwargs)
+
+    return __new__
+
+
+class _State:
+    lock = threading.Lock()
+    installed = False
+    broken = ""
+    originals: dict[str, Any] = {}
+
+
+def install() -> str:
+    """Install the hooks (idempotent). Returns "" or why the tape cannot work here."""
+    with _State.lock:
+        if _State.installed:
+            return _State.broken
+        _State.originals = {"__bool__": Box.__dict__.get("__bool__")}
+        notrace_primitives[TapeNode] = _NotraceSpy()  # type: ignore[assignment]
+        Box.__bool__ = _traced_bool  # type: ignore[method-assign,assignment]
+        for name in _INT_TYPES:
+            cls = getattr(anp, name, None)
+            orig = cls.__dict__.get("__new__") if isinstance(cls, type) else None
+            if orig is not None:
+                _State.originals[name] = orig
+                cls.__new__ = staticmethod(_int_new(orig))  # type: ignore[union-attr]
+        _State.installed = True
+        _State.broken = _probe()
+        return _State.broken
+
+
+def uninstall() -> None:
+    """Restore autograd as it was (``%unload_ext``)."""
+    with _State.lock:
+        if not _State.installed:
+            return
+        orig = _State.originals.get("__bool__")
+        if orig is not None:
+            Box.__bool__ = orig  # type: ignore[method-assign]
+        notrace_primitives.pop(TapeNode, None)
+        for name in _INT_TYPES:
+            cls = getattr(anp, name, None)
+            if name in _State.originals and isinstance(cls, type):
+                cls.__new__ = _State.originals[name]  # type: ignore[method-assign]
+        _State.installed = False
+        _State.broken = ""
+
+
+def _probe() -> str:
+    """Run a small trace and check that both hooks recorded what they must."""
+    from ..base import Transform
+    from .record import transform
+
+    def f(x: Any) -> Any:
+        if x > 0.5 and x:  # a comparison (an OpGuard), then bool() of the box
+            return x * 2.0
+        return x
+
+    tape = Tape()
+    try:
+        transform(Transform.GRAD, tape)(f)(1.0)
+    except Exception as exc:  # pragma: no cover - only with an unknown autograd
+        return f"the tape cannot trace with this autograd ({type(exc).__name__}: {exc})"
+    kinds = [type(e).__name__ for e in tape.events]
+    if _State.broken:
+        return _State.broken
+    if kinds[:2] != ["OpGuard", "BoolGuard"]:  # pragma: no cover - only with an unknown autograd
+        return f"the tape's hooks do not work with this autograd (saw {kinds})"
+    return ""

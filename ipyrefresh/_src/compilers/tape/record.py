@@ -1,0 +1,264 @@
+"""Record a tape while autograd computes the first answer.
+
+The first call of a derivative runs autograd's own machinery — its tracer, its
+``VJPNode`` (our :class:`TapeNode` subclasses it and changes nothing of what it
+computes) and its ``backward_pass`` — so the first answer is autograd's, bit for bit,
+from one run of the user's code. While it runs, every primitive applied to a traced
+value is appended to a :class:`Tape`: the function, its arguments, which of them came
+from earlier results, and the value. Values that leave the traced world without a
+gradient become *guards*, checked again on replay: comparisons and other
+non-differentiable primitives (``OpGuard``) and ``bool()`` of a traced value
+(``BoolGuard``). Only the differentiated arguments are traced, as in autograd.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import autograd
+import numpy as np
+from autograd import builtins as abuiltins
+from autograd.core import VJPNode, backward_pass, vspace
+from autograd.tracer import Box, trace
+from autograd.wrap_util import unary_to_nary
+
+from ..base import Transform
+
+_SKIP_DIRS = tuple(
+    os.path.dirname(m.__file__ or "") + os.sep
+    for m in (sys.modules["autograd"], np, sys.modules[__name__.rsplit(".", 3)[0]])
+)
+
+
+class Unsupported(Exception):
+    """The tape cannot represent this function; its fallback must run it."""
+
+
+@dataclass(slots=True, eq=False)
+class Op:
+    """One primitive call: ``value = fun(*args, **kwargs)``; the arguments at positions
+    ``argnums`` were the traced values of slots ``parents`` (autograd's parent order)."""
+
+    slot: int
+    fun: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    argnums: tuple[int, ...]
+    parents: tuple[int, ...]
+    value: Any
+
+
+@dataclass(slots=True, eq=False)
+class OpGuard:
+    """A non-differentiable primitive on traced values; its result must not change."""
+
+    fun: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    argnums: tuple[int, ...]
+    parents: tuple[int, ...]
+    value: Any
+    where: str
+
+
+@dataclass(slots=True, eq=False)
+class BoolGuard:
+    """``bool()`` of a traced value was taken by Python code and gave ``expected``."""
+
+    slot: int
+    expected: bool
+    where: str
+
+
+Event = Op | OpGuard | BoolGuard
+
+
+@dataclass(eq=False)  # compared by identity: field-wise == would compare arrays
+class Tape:
+    """What one trace recorded. Slot 0 is the differentiated argument."""
+
+    values: list[Any] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    output: int = -1
+    unsupported: str = ""
+
+    def add(self, value: Any) -> int:
+        self.values.append(value)
+        return len(self.values) - 1
+
+    def note(self, reason: str) -> None:
+        if not self.unsupported:
+            self.unsupported = reason
+
+    @property
+    def ops(self) -> list[Op]:
+        return [e for e in self.events if type(e) is Op]
+
+
+class TapeNode(VJPNode):
+    """autograd's reverse-mode node, which also appends its primitive call to a tape."""
+
+    __slots__ = ["slot", "tape"]
+    slot: int
+    tape: Tape
+
+    def __init__(
+        self,
+        value: Any,
+        fun: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        parent_argnums: tuple[int, ...],
+        parents: tuple[TapeNode, ...],
+    ) -> None:
+        super().__init__(value, fun, args, kwargs, parent_argnums, parents)
+        tape = parents[0].tape
+        self.tape = tape
+        self.slot = tape.add(value)
+        _check_constants(tape, fun, args, kwargs, parent_argnums)
+        tape.events.append(
+            Op(
+                self.slot,
+                fun,
+                tuple(args),
+                dict(kwargs),
+                tuple(parent_argnums),
+                tuple(p.slot for p in parents),
+                value,
+            )
+        )
+
+    def initialize_root(self, tape: Tape, value: Any) -> None:  # type: ignore[override]
+        super().initialize_root()
+        self.tape = tape
+        self.slot = tape.add(value)
+
+
+def _check_constants(
+    tape: Tape, fun: Any, args: Any, kwargs: dict[str, Any], boxed: tuple[int, ...]
+) -> None:
+    """Boxes hidden inside constant arguments (lists, object arrays, keywords, outer
+    traces) cannot be replayed: the tape would keep trace-time objects."""
+    for pos, a in enumerate(args):
+        if pos not in boxed and _has_box(a):
+            tape.note(f"a traced value reaches {_name_of(fun)} inside a constant argument")
+    for v in kwargs.values():
+        if _has_box(v):
+            tape.note(f"a traced value is a keyword argument of {_name_of(fun)}")
+
+
+def _has_box(a: Any, depth: int = 0) -> bool:
+    t = type(a)
+    if isinstance(a, Box):
+        return True
+    if depth < 4 and (t is list or t is tuple):
+        return any(_has_box(v, depth + 1) for v in a)
+    if depth < 4 and t is dict:
+        return any(_has_box(v, depth + 1) for v in a.values())
+    return t is np.ndarray and a.dtype.hasobject
+
+
+def _name_of(f: Any) -> str:
+    name = getattr(f, "__name__", None)
+    return name if type(name) is str else type(f).__name__
+
+
+def user_location(depth: int = 2) -> str:
+    """``func, line N`` of the nearest frame outside autograd, numpy and ipyrefresh."""
+    frame: Any = sys._getframe(depth)
+    while frame is not None:
+        if not frame.f_code.co_filename.startswith(_SKIP_DIRS):
+            return f"{frame.f_code.co_name}, line {frame.f_lineno}"
+        frame = frame.f_back
+    return "?"
+
+
+# -- the transforms, as autograd writes them, over a recording make_vjp ------------------
+
+
+def _make_vjp(tape: Tape) -> Callable[[Callable[[Any], Any], Any], tuple[Any, Any]]:
+    def make_vjp(fun: Callable[[Any], Any], x: Any) -> tuple[Any, Any]:
+        start = TapeNode.new_root(tape, x)
+        end_value, end_node = trace(start, fun, x)
+        if end_node is None:
+            tape.note("the output does not depend on the input")
+
+            def vjp(g: Any) -> Any:
+                return vspace(x).zeros()
+
+        else:
+            if type(end_node) is TapeNode and end_node.tape is tape:
+                tape.output = end_node.slot
+            else:
+                tape.note("the output was computed by another trace")
+
+            def vjp(g: Any) -> Any:
+                return backward_pass(g, end_node)
+
+        return vjp, end_value
+
+    return make_vjp
+
+
+def transform(kind: Transform, tape: Tape) -> Callable[..., Any]:
+    """autograd's transform ``kind``, recording into ``tape``; same code, same answer.
+
+    For the Hessian (autograd's ``jacobian(jacobian(f))``) the outer Jacobian records: its
+    tape holds the whole inner computation, derivative included.
+    """
+    make_vjp = _make_vjp(tape)
+
+    @unary_to_nary
+    def grad(fun: Any, x: Any) -> Any:
+        vjp, ans = make_vjp(fun, x)
+        if not vspace(ans).size == 1:
+            raise TypeError(
+                "Grad only applies to real scalar-output functions. "
+                "Try jacobian, elementwise_grad or holomorphic_grad."
+            )
+        return vjp(vspace(ans).ones())
+
+    @unary_to_nary
+    def value_and_grad(fun: Any, x: Any) -> Any:
+        vjp, ans = make_vjp(fun, x)
+        if not vspace(ans).size == 1:
+            raise TypeError(
+                "value_and_grad only applies to real scalar-output "
+                "functions. Try jacobian, elementwise_grad or "
+                "holomorphic_grad."
+            )
+        return ans, vjp(vspace(ans).ones())
+
+    @unary_to_nary
+    def elementwise_grad(fun: Any, x: Any) -> Any:
+        vjp, ans = make_vjp(fun, x)
+        if vspace(ans).iscomplex:
+            raise TypeError("Elementwise_grad only applies to real-output functions.")
+        return vjp(vspace(ans).ones())
+
+    @unary_to_nary
+    def jacobian(fun: Any, x: Any) -> Any:
+        vjp, ans = make_vjp(fun, x)
+        ans_vspace = vspace(ans)
+        jacobian_shape = ans_vspace.shape + vspace(x).shape
+        grads = map(vjp, ans_vspace.standard_basis())
+        return autograd.numpy.reshape(autograd.numpy.stack(grads), jacobian_shape)
+
+    @unary_to_nary
+    def hessian(fun: Any, x: Any) -> Any:
+        return jacobian(autograd.jacobian(fun))(x)
+
+    return {
+        Transform.GRAD: grad,
+        Transform.VALUE_AND_GRAD: value_and_grad,
+        Transform.ELEMENTWISE_GRAD: elementwise_grad,
+        Transform.JACOBIAN: jacobian,
+        Transform.HESSIAN: hessian,
+    }[kind]
+
+
+_ = abuiltins  # SequenceBox and DictBox must be registered before tracing

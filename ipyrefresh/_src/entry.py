@@ -1,0 +1,143 @@
+"""A cache entry: one derivative of one target for one call signature, and its states.
+
+::
+
+    UNBUILT ──install──▶ FRESH ──a guard fails / evicted / refresh──▶ STALE ──install──▶ FRESH
+                           ▲                                         │
+                           └────────── a build raised: FAILED ◀──────┘ (install clears it)
+
+A FRESH entry holds one or more *variants* (compiled artifacts with their guards); a
+call takes the first whose guard holds. A STALE entry holds no variant and no user
+object, only why it went stale (:class:`~ipyrefresh._src.changes.Change`). Only the
+methods below change an entry's fields; the engine calls them under its lock.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from .changes import Change, ChangeKind
+from .compilers.base import Request, Variant
+from .keys import EntryKey
+from .targets import Target
+
+_ids = itertools.count(1)
+
+
+class State(enum.Enum):
+    UNBUILT = "unbuilt"
+    FRESH = "fresh"
+    STALE = "stale"
+    FAILED = "failed"
+
+
+@dataclass
+class BuildInfo:
+    """What ``%callgraph`` and ``status()`` show of a build; labels only, no user objects."""
+
+    reads: list[str] = field(default_factory=list)  # the globals and attributes it read
+    edges: dict[tuple[str, str], str] = field(default_factory=dict)  # (caller, callee) -> kind
+    note: str = ""  # why it runs on a fallback, if it does
+    notes: list[str] = field(default_factory=list)  # smaller caveats (identity-only checks)
+    big_arrays: int = 0  # arrays whose contents only calls check (not the sweep after cells)
+
+
+class Entry:
+    """See the module docstring."""
+
+    __slots__ = (
+        "__weakref__",
+        "builds",
+        "error",
+        "example",
+        "hits",
+        "id",
+        "info",
+        "key",
+        "last_event",
+        "reasons",
+        "request",
+        "state",
+        "target",
+        "variants",
+    )
+
+    def __init__(self, key: EntryKey, target: Target) -> None:
+        self.id = next(_ids)
+        self.key = key
+        self.target = target
+        self.request = Request(key.transform, key.argnum)
+        self.state = State.UNBUILT
+        self.variants: tuple[Variant, ...] = ()
+        self.reasons: tuple[Change, ...] = (Change(ChangeKind.NOT_BUILT),)
+        self.info = BuildInfo()
+        self.error = ""
+        self.builds = 0
+        self.hits = 0
+        self.example: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+        self.last_event = ""
+
+    @property
+    def name(self) -> str:
+        argnum = "" if self.key.argnum == 0 else f", argnum={self.key.argnum}"
+        return f"{self.key.transform.value}({self.target.label}{argnum})"
+
+    @property
+    def rebuilds(self) -> int:
+        return max(self.builds - 1, 0)
+
+    # -- transitions ---------------------------------------------------------------------
+    def install(self, variant: Variant, info: BuildInfo, event: str) -> None:
+        """A build succeeded: its variant becomes the first to answer."""
+        self.variants = (variant,) if self.state is not State.FRESH else (variant, *self.variants)
+        self.state = State.FRESH
+        self.reasons = ()
+        self.error = ""
+        self.info = info
+        self.builds += 1
+        self.last_event = event
+
+    def add_variant(self, variant: Variant, event: str) -> None:
+        """Another path through the same code (a guard on the arguments failed)."""
+        self.variants = (variant, *self.variants)
+        self.last_event = event
+
+    def drop(self, variant: Variant, change: Change) -> None:
+        """One variant's code or data changed; the entry is stale when none is left."""
+        self.variants = tuple(v for v in self.variants if v is not variant)
+        if not self.variants:
+            self.invalidate(change)
+
+    def invalidate(self, change: Change) -> None:
+        """Stale: drop every variant (and the user objects they hold), keep the reason."""
+        if self.state is State.FRESH or self.state is State.UNBUILT:
+            self.reasons = ()
+        self.variants = ()
+        if self.state is not State.FAILED:
+            self.state = State.STALE
+        if change not in self.reasons and len(self.reasons) < 8:
+            self.reasons = (*self.reasons, change)
+
+    def fail(self, error: str) -> None:
+        """A build raised (the user's code did): the entry answers nothing until rebuilt."""
+        self.variants = ()
+        self.state = State.FAILED
+        self.error = error
+        self.reasons = (Change(ChangeKind.FAILED, detail=error),)
+
+    def hit(self, variant: Variant) -> None:
+        """``variant`` answered a call: count it, and try it first next time."""
+        self.hits += 1
+        self.last_event = "cache hit"
+        variants = self.variants
+        if variants[0] is not variant and variant in variants:
+            self.variants = (variant, *(v for v in variants if v is not variant))
+
+    def keep_example(self, example: tuple[tuple[Any, ...], dict[str, Any]] | None) -> None:
+        self.example = example
+
+    def mark(self, event: str) -> None:
+        self.last_event = event

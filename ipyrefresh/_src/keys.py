@@ -1,0 +1,105 @@
+"""Cache keys: which entry a call belongs to.
+
+An entry is keyed by its target (the name a handle follows, or a fixed object), the
+transform, the differentiated argument(s), the backend and the *signature* of the call:
+types, shapes and dtypes of array arguments, and the values of a few kinds of argument
+that code typically branches on (``str``, ``bool``, ``None``). Integers and floats are
+keyed by type only: an iteration counter passed by an optimizer must not make a new
+entry per call. Whether the code read a value is the guard's business: an entry's
+variants check the non-differentiated arguments they depend on (``snapshot.Guard``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .compilers.base import Argnum, Transform
+
+Signature = Hashable
+
+_BY_VALUE = (bool, str, bytes, type(None))
+_JAX_TYPES: dict[type, bool] = {}
+
+
+def is_jax_array_type(t: type) -> bool:
+    """A jax Array or tracer type, found without importing jax or running user code."""
+    known = _JAX_TYPES.get(t)
+    if known is not None:
+        return known
+    module = type.__dict__["__module__"].__get__(t)
+    root = module.partition(".")[0] if type(module) is str else ""
+    found = False
+    if root in ("jax", "jaxlib"):
+        attrs = [type.__dict__["__dict__"].__get__(c) for c in t.__mro__]
+        found = any("shape" in a for a in attrs) and any("dtype" in a for a in attrs)
+    if root in ("builtins", "numpy", "jax", "jaxlib"):
+        _JAX_TYPES[t] = found  # library types only: user classes come and go with cells
+    return found
+
+
+def arg_signature(x: Any, shapes: bool = True) -> Hashable:
+    """The part of a key one argument contributes (``shapes=False``: arrays by type only,
+    for backends that dispatch on shapes themselves, as ``jax.jit`` does)."""
+    t = type(x)
+    if t is float or t is int or t is complex:
+        return t.__name__
+    if t is np.ndarray:
+        return (x.shape, x.dtype.str) if shapes else "ndarray"
+    if t in _BY_VALUE:
+        return (t.__name__, x)
+    if is_jax_array_type(t):
+        return ("jax", x.shape, x.dtype) if shapes else "jax"
+    if issubclass(t, np.generic):
+        return ("scalar", x.dtype.str)
+    if t is tuple or t is list:
+        return (t.__name__, *(arg_signature(v, shapes) for v in x))
+    if t is dict:
+        return ("dict", *((k, arg_signature(v, shapes)) for k, v in x.items()))
+    if issubclass(t, np.ndarray):
+        return (t.__name__, x.shape, x.dtype.str) if shapes else t.__name__
+    # Anything else by its type's name; its identity would pin it in memory. Read
+    # through type's own descriptors: a metaclass's __getattribute__ must not run.
+    names = (type.__dict__["__module__"].__get__(t), type.__dict__["__qualname__"].__get__(t))
+    return ("object", *(n if type(n) is str else "?" for n in names))
+
+
+def call_signature(args: tuple[Any, ...], kwargs: dict[str, Any], shapes: bool = True) -> Signature:
+    """The part of a key that depends on the call's arguments."""
+    sig = tuple(arg_signature(a, shapes) for a in args)
+    if kwargs:
+        return (sig, tuple(sorted((k, arg_signature(v, shapes)) for k, v in kwargs.items())))
+    return sig
+
+
+def check_argnum(argnum: Any) -> Argnum:
+    """``argnum`` as the key stores it; a clear error for anything else."""
+    if type(argnum) is int:
+        return argnum
+    if type(argnum) in (tuple, list) and argnum and all(type(a) is int for a in argnum):
+        return tuple(argnum)
+    raise TypeError(f"argnum must be an int or a non-empty tuple of ints, not {argnum!r}")
+
+
+@dataclass(frozen=True)
+class TargetKey:
+    """A followed binding (``kind="name"``: namespace id, name, attribute path) or a
+    fixed object (``kind="object"``: its id, valid while the target holds it)."""
+
+    kind: str
+    ident: int
+    path: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EntryKey:
+    """Everything that makes one cache entry."""
+
+    target: TargetKey
+    transform: Transform
+    argnum: Argnum
+    signature: Signature
+    backend: str

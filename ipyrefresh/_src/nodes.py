@@ -1,0 +1,544 @@
+"""Guard nodes: what a derivative read, as it was, and how to tell whether it still is.
+
+A build walks everything the function can reach (see ``snapshot.py``) and records one
+node per value. ``node.check(value, deep)`` compares the value found *now* with the one
+recorded, and returns ``None`` or a :class:`Mismatch` naming what differs. Nodes follow
+TorchDynamo's guard kinds: identity for functions, classes and modules (plus the parts of
+a function that can change in place: code, defaults, closure cells, attributes, gradient
+rule), exact type and length for containers, value for scalars, and type, shape, dtype
+and a content digest for arrays.
+
+Checks never run user code: values are read with the C-level accessors of the exact
+types that were recorded (``dict.__getitem__``, getset and member descriptors), never
+``__eq__``, ``__getattr__``, ``__len__`` or ``repr`` of user objects. Containers are
+compared by content, not identity, so a node holds no strong reference to the user's
+lists, dicts or arrays (functions, classes and arrays are held weakly).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from types import FunctionType, MethodType
+from typing import Any
+
+import numpy as np
+from autograd.core import primitive_vjps
+
+from .changes import ChangeKind
+from .digest import array_digest, buffer_digest
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+#: The value of a name that is not bound (or an attribute that is not set).
+MISSING: Any = _Missing()
+
+#: Arrays up to this many bytes are digested by the cheap checks after a cell too.
+CHEAP_DIGEST_BYTES = 1 << 20
+
+SCALAR_TYPES: frozenset[type] = frozenset(
+    {int, float, bool, complex, str, bytes, type(None), type(Ellipsis), type(NotImplemented)}
+)
+
+
+class Mismatch:
+    """What differs: the source path of the value and how it changed."""
+
+    __slots__ = ("kind", "subject")
+
+    def __init__(self, subject: str, kind: ChangeKind) -> None:
+        self.subject = subject
+        self.kind = kind
+
+    def __repr__(self) -> str:
+        return f"Mismatch({self.subject!r}, {self.kind.name})"
+
+
+def is_scalar(v: Any) -> bool:
+    t = type(v)
+    return t in SCALAR_TYPES or (issubclass(t, np.generic) and t is not np.object_)
+
+
+def is_key(v: Any) -> bool:
+    """A scalar, or a tuple of keys: what :func:`same_scalar` compares without user code."""
+    return is_scalar(v) or (type(v) is tuple and all(map(is_key, v)))
+
+
+def same_scalar(a: Any, b: Any) -> bool:
+    """Exact equality of two scalars (or tuples of them) of the same type; NaN equals NaN.
+    Types are compared first, so no user ``__eq__`` ever runs."""
+    if a is b:
+        return True
+    t = type(a)
+    if t is not type(b):
+        return False
+    if t is tuple:
+        return len(a) == len(b) and all(map(same_scalar, a, b))
+    if t not in SCALAR_TYPES and not issubclass(t, np.generic):
+        return False
+    if a == b:
+        return True
+    return a != a and b != b  # both NaN
+
+
+def same_scalars(values: Sequence[Any], expected: Sequence[Any]) -> bool:
+    """Element-wise :func:`same_scalar`, checking types before any comparison."""
+    if len(values) != len(expected):
+        return False
+    return all(map(same_scalar, values, expected))
+
+
+class Ref:
+    """A reference that does not keep its object alive when it can avoid it."""
+
+    __slots__ = ("_get",)
+
+    def __init__(self, obj: Any) -> None:
+        try:
+            self._get: Callable[[], Any] = weakref.ref(obj)
+        except TypeError:
+            self._get = lambda: obj
+
+    def __call__(self) -> Any:
+        return self._get()
+
+
+class Node:
+    """A value as it was when a derivative was built."""
+
+    __slots__ = ("label",)
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        raise NotImplementedError
+
+    def fail(self, value: Any, kind: ChangeKind | None = None) -> Mismatch:
+        if value is MISSING:
+            return Mismatch(self.label, ChangeKind.DELETED)
+        return Mismatch(self.label, kind or ChangeKind.REBOUND)
+
+
+class Absent(Node):
+    """A name that was not bound: binding it later (shadowing a builtin) is a change."""
+
+    __slots__ = ()
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        return None if value is MISSING else Mismatch(self.label, ChangeKind.DEFINED)
+
+
+class Scalar(Node):
+    """An int, float, str, ... compared by type and value."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, label: str, value: Any) -> None:
+        super().__init__(label)
+        self.value = value
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        return None if same_scalar(value, self.value) else self.fail(value)
+
+
+class Identity(Node):
+    """Modules, library functions and classes, code objects: the very same object."""
+
+    __slots__ = ("kind", "ref")
+
+    def __init__(self, label: str, obj: Any, kind: ChangeKind = ChangeKind.REBOUND) -> None:
+        super().__init__(label)
+        self.ref = Ref(obj)
+        self.kind = kind
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        return None if value is self.ref() else self.fail(value, self.kind)
+
+
+class Function(Node):
+    """A Python function: the same object, and the same code, defaults, closure cells,
+    attributes (``__wrapped__``, function attributes) and autograd gradient rule.
+
+    IPython's autoreload swaps ``__code__`` in place and ``defvjp`` replaces a rule
+    without rebinding any name, so identity alone would miss both.
+    """
+
+    __slots__ = ("attrs", "cells", "code", "defaults", "kwdefaults", "ref", "rule")
+
+    def __init__(
+        self,
+        label: str,
+        fn: FunctionType,
+        defaults: Node | None,
+        kwdefaults: Node | None,
+        cells: tuple[Node, ...],
+        attrs: Node | None,
+    ) -> None:
+        super().__init__(label)
+        self.ref = Ref(fn)
+        self.code = fn.__code__
+        self.defaults = defaults
+        self.kwdefaults = kwdefaults
+        self.cells = cells
+        self.attrs = attrs
+        self.rule = primitive_vjps.get(fn, MISSING)
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if value is not self.ref():
+            return self.fail(value, ChangeKind.REDEFINED)
+        fn: FunctionType = value
+        if fn.__code__ is not self.code:
+            return Mismatch(self.label, ChangeKind.CODE_CHANGED)
+        if self.defaults is not None:
+            bad = self.defaults.check(fn.__defaults__, deep)
+            if bad is not None:
+                return bad
+        if self.kwdefaults is not None:
+            bad = self.kwdefaults.check(fn.__kwdefaults__, deep)
+            if bad is not None:
+                return bad
+        if self.cells:
+            for cell, node in zip(fn.__closure__ or (), self.cells, strict=True):
+                try:
+                    content = cell.cell_contents
+                except ValueError:
+                    content = MISSING
+                bad = node.check(content, deep)
+                if bad is not None:
+                    return bad
+        if self.attrs is not None:
+            bad = self.attrs.check(fn.__dict__, deep)
+            if bad is not None:
+                return bad
+        if primitive_vjps.get(fn, MISSING) is not self.rule:
+            return Mismatch(self.label, ChangeKind.RULE_CHANGED)
+        return None
+
+
+class Primitive(Node):
+    """An autograd primitive: the same wrapper and the same registered VJP."""
+
+    __slots__ = ("ref", "rule")
+
+    def __init__(self, label: str, prim: Any) -> None:
+        super().__init__(label)
+        self.ref = Ref(prim)
+        self.rule = primitive_vjps.get(prim, MISSING)
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if value is not self.ref():
+            return self.fail(value, ChangeKind.REDEFINED)
+        if primitive_vjps.get(value, MISSING) is not self.rule:
+            return Mismatch(self.label, ChangeKind.RULE_CHANGED)
+        return None
+
+
+class Rule(Node):
+    """Only the VJP registered for a primitive a tape used (``defvjp`` replaces it)."""
+
+    __slots__ = ("prim", "rule")
+
+    def __init__(self, label: str, prim: Any) -> None:
+        super().__init__(label)
+        self.prim = prim  # library primitives live as long as their module
+        self.rule = primitive_vjps.get(prim, MISSING)
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if primitive_vjps.get(self.prim, MISSING) is not self.rule:
+            return Mismatch(self.label, ChangeKind.RULE_CHANGED)
+        return None
+
+
+class Array(Node):
+    """A numpy array: exact type, shape, dtype and the digest of its contents."""
+
+    __slots__ = ("digest", "dtype", "nbytes", "ref", "shape", "type")
+
+    def __init__(self, label: str, arr: np.ndarray) -> None:
+        super().__init__(label)
+        self.type = type(arr)
+        self.shape = arr.shape
+        self.dtype = arr.dtype
+        self.nbytes = arr.nbytes
+        self.digest = array_digest(arr)
+        self.ref = Ref(arr)  # only to tell "changed in place" from "rebound"
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if type(value) is not self.type:
+            return self.fail(value)
+        arr: np.ndarray = value
+        if arr.shape != self.shape or arr.dtype != self.dtype:
+            return Mismatch(self.label, ChangeKind.RESHAPED)
+        if (deep or self.nbytes <= CHEAP_DIGEST_BYTES) and array_digest(arr) != self.digest:
+            same = value is self.ref()
+            return Mismatch(self.label, ChangeKind.MUTATED if same else ChangeKind.REBOUND)
+        return None
+
+
+class Buffer(Node):
+    """A ``bytearray``, ``array.array`` or other mutable buffer: type and contents."""
+
+    __slots__ = ("digest", "type")
+
+    def __init__(self, label: str, obj: Any) -> None:
+        super().__init__(label)
+        self.type = type(obj)
+        self.digest = buffer_digest(obj)
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if type(value) is not self.type:
+            return self.fail(value)
+        if buffer_digest(value) != self.digest:
+            return Mismatch(self.label, ChangeKind.MUTATED)
+        return None
+
+
+class ScalarSeq(Node):
+    """A list or tuple of scalars (a shape, a list of floats): type and values."""
+
+    __slots__ = ("type", "values")
+
+    def __init__(self, label: str, seq: Any) -> None:
+        super().__init__(label)
+        self.type = type(seq)
+        self.values = tuple(seq)
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if type(value) is not self.type:
+            return self.fail(value)
+        items = tuple(value) if self.type is not tuple else value
+        if not same_scalars(items, self.values):
+            return Mismatch(self.label, ChangeKind.MUTATED)
+        return None
+
+
+class Seq(Node):
+    """A list, tuple, namedtuple or deque: exact type, length, and each element."""
+
+    __slots__ = ("items", "type")
+
+    def __init__(self, label: str, seq: Any, items: tuple[Node, ...]) -> None:
+        super().__init__(label)
+        self.type = type(seq)
+        self.items = items
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if type(value) is not self.type:
+            return self.fail(value)
+        items = tuple.__iter__(value) if isinstance(value, tuple) else iter(value)
+        elems = tuple(items)
+        if len(elems) != len(self.items):
+            return Mismatch(self.label, ChangeKind.MUTATED)
+        for node, elem in zip(self.items, elems, strict=True):
+            bad = node.check(elem, deep)
+            if bad is not None:
+                return bad
+        return None
+
+
+class Map(Node):
+    """A dict (or OrderedDict, defaultdict, mappingproxy): type, keys in order, values."""
+
+    __slots__ = ("default", "keys", "type", "values")
+
+    def __init__(
+        self,
+        label: str,
+        mapping: Any,
+        keys: tuple[Any, ...],
+        values: tuple[Node, ...],
+        default: Node | None = None,
+    ) -> None:
+        super().__init__(label)
+        self.type = type(mapping)
+        self.keys = keys
+        self.values = values
+        self.default = default  # a defaultdict's default_factory
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if type(value) is not self.type:
+            return self.fail(value)
+        keys = tuple(dict.__iter__(value)) if isinstance(value, dict) else tuple(iter(value))
+        if not same_scalars(keys, self.keys):
+            return Mismatch(self.label, ChangeKind.MUTATED)
+        get = dict.__getitem__ if isinstance(value, dict) else type(value).__getitem__
+        for key, node in zip(keys, self.values, strict=True):
+            bad = node.check(get(value, key), deep)
+            if bad is not None:
+                return bad
+        if self.default is not None:
+            return self.default.check(value.default_factory, deep)
+        return None
+
+
+class ScalarSet(Node):
+    """A set or frozenset of scalars."""
+
+    __slots__ = ("type", "values")
+
+    def __init__(self, label: str, values: Any) -> None:
+        super().__init__(label)
+        self.type = type(values)
+        self.values = frozenset(values)
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if type(value) is not self.type:
+            return self.fail(value)
+        items = list(value)
+        if len(items) != len(self.values) or not all(is_scalar(v) for v in items):
+            return Mismatch(self.label, ChangeKind.MUTATED)
+        if frozenset(items) != self.values:
+            return Mismatch(self.label, ChangeKind.MUTATED)
+        return None
+
+
+class Instance(Node):
+    """An object: the same class, its ``__dict__`` and its ``__slots__`` values.
+
+    The class itself (methods, class attributes, base classes) is checked once, as a
+    separate :class:`Class` node, however many instances of it a derivative reads.
+    """
+
+    __slots__ = ("attrs", "cls", "dict_descr", "slots")
+
+    def __init__(
+        self,
+        label: str,
+        cls: type,
+        dict_descr: Any,
+        attrs: Node | None,
+        slots: tuple[tuple[Any, Node], ...],
+    ) -> None:
+        super().__init__(label)
+        self.cls = Ref(cls)
+        self.dict_descr = dict_descr
+        self.attrs = attrs
+        self.slots = slots
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if type(value) is not self.cls():
+            return self.fail(value)
+        if self.attrs is not None:
+            bad = self.attrs.check(self.dict_descr.__get__(value), deep)
+            if bad is not None:
+                return bad
+        for descr, node in self.slots:
+            try:
+                content = descr.__get__(value)
+            except AttributeError:
+                content = MISSING
+            bad = node.check(content, deep)
+            if bad is not None:
+                return bad
+        return None
+
+
+class Class(Node):
+    """A user class: the same object, the same base classes, and the same attributes
+    (methods, properties, class data) in each user class of its MRO."""
+
+    __slots__ = ("dicts", "mro", "ref")
+
+    def __init__(self, label: str, cls: type, dicts: tuple[tuple[type, Node], ...]) -> None:
+        super().__init__(label)
+        self.ref = Ref(cls)
+        self.mro = tuple(Ref(c) for c in type.__dict__["__mro__"].__get__(cls))
+        self.dicts = tuple((Ref(c), node) for c, node in dicts)
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if value is not self.ref():
+            return self.fail(value, ChangeKind.REDEFINED)
+        mro = type.__dict__["__mro__"].__get__(value)
+        if len(mro) != len(self.mro) or any(
+            c is not r() for c, r in zip(mro, self.mro, strict=True)
+        ):
+            return Mismatch(self.label, ChangeKind.CLASS_CHANGED)
+        for ref, node in self.dicts:
+            bad = node.check(type.__dict__["__dict__"].__get__(ref()), deep)
+            if bad is not None:
+                return bad
+        return None
+
+
+class Wrapped(Node):
+    """A ``staticmethod``, ``classmethod`` or ``property``: type and the wrapped callables."""
+
+    __slots__ = ("getters", "parts", "type")
+
+    def __init__(self, label: str, obj: Any, parts: tuple[tuple[str, Node], ...]) -> None:
+        super().__init__(label)
+        self.type = type(obj)
+        self.parts = parts
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if type(value) is not self.type:
+            return self.fail(value)
+        for attr, node in self.parts:
+            bad = node.check(_part(value, attr), deep)
+            if bad is not None:
+                return bad
+        return None
+
+
+_PARTS: dict[tuple[type, str], Any] = {}
+
+
+def _part(obj: Any, attr: str) -> Any:
+    """A field of a method, partial, staticmethod, classmethod or property, read through
+    the type's own descriptor (these types are C types whose fields are read-only)."""
+    t = type(obj)
+    descr = _PARTS.get((t, attr))
+    if descr is None:
+        for klass in t.__mro__:
+            if attr in klass.__dict__:
+                descr = _PARTS[(t, attr)] = klass.__dict__[attr]
+                break
+    if descr is None:
+        return MISSING
+    return descr.__get__(obj, t)
+
+
+def part(obj: Any, attr: str) -> Any:
+    """Public form of :func:`_part` for the walker."""
+    return _part(obj, attr)
+
+
+class Method(Wrapped):
+    """A bound method (``model.loss``): the function and the object it is bound to."""
+
+    __slots__ = ()
+
+    def __init__(self, label: str, obj: MethodType, func: Node, self_: Node) -> None:
+        super().__init__(label, obj, (("__func__", func), ("__self__", self_)))
+
+
+class Unreadable(Node):
+    """A value whose reading raised at build time: anything readable now is a change."""
+
+    __slots__ = ()
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        return None if value is MISSING else self.fail(value)
+
+
+class Cell(Node):
+    """One closure cell of a function: labelled by the variable it holds."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self, label: str, inner: Node) -> None:
+        super().__init__(label)
+        self.inner = inner
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        bad = self.inner.check(value, deep)
+        if bad is not None and bad.subject == self.inner.label:
+            return Mismatch(self.label, ChangeKind.CLOSURE_CHANGED)
+        return bad
