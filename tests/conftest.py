@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from ipyrefresh._src import handles
-from ipyrefresh._src.engine import Engine
+from ipyrefresh._src.engine import Engine, using
 
 
 class CellError(AssertionError):
@@ -49,13 +48,9 @@ class Shell:
 
 @pytest.fixture
 def engine() -> Iterator[Engine]:
-    """A fresh process-wide engine for one test."""
-    old = handles._engine
-    handles._engine = Engine()
-    try:
-        yield handles._engine
-    finally:
-        handles._engine = old
+    """A fresh engine, current for one test."""
+    with using(Engine()) as fresh:
+        yield fresh
 
 
 @pytest.fixture
@@ -80,7 +75,7 @@ def ip(bare_shell: Shell) -> Iterator[Shell]:
 
 
 @pytest.fixture(autouse=True)
-def _no_profiler_left_behind() -> Iterator[None]:
+def _no_recorder_left_behind() -> Iterator[None]:
     """A build must never leave its call recorder installed (every call would slow down)."""
     import sys
 
@@ -90,3 +85,7 @@ def _no_profiler_left_behind() -> Iterator[None]:
     if after is not before:
         sys.setprofile(before)
         pytest.fail(f"a profile hook was left installed: {after!r}")
+    if sys.version_info >= (3, 12):
+        for tool in range(6):
+            if sys.monitoring.get_tool(tool) == "ipyrefresh":
+                pytest.fail(f"sys.monitoring tool {tool} was left registered")

@@ -1,5 +1,5 @@
-"""The core issue's example, line by line, in a real IPython shell, plus the change kinds
-the namespace watcher must catch. The oracle is always a fresh autograd computation."""
+"""The README's example, line by line, in a real IPython shell, plus the change kinds every
+call's guard must catch and the magics. The oracle is always a fresh autograd computation."""
 
 from __future__ import annotations
 
@@ -19,6 +19,10 @@ def entry(name: str) -> dict:
     return matches[0]
 
 
+def reasons(name: str) -> str:
+    return "; ".join(r["text"] for r in entry(name)["reasons"])
+
+
 def test_issue_example_line_by_line(ip: Shell, capsys: pytest.CaptureFixture[str]) -> None:
     ip.run("def h(x): return 2 * x")
     ip.run("dh = grad(h)")
@@ -35,7 +39,7 @@ def test_issue_example_line_by_line(ip: Shell, capsys: pytest.CaptureFixture[str
     ip.run("def g(x): return 10 * x")
     # A callee changed: grad(h) is stale, with the reason, and grad(unrelated) is not.
     assert entry("grad(h)")["state"] == "stale"
-    assert f"g redefined in cell [{g_cell}]" in entry("grad(h)")["reasons"]
+    assert f"g redefined, noticed in cell [{g_cell}]" in reasons("grad(h)")
     assert entry("grad(unrelated)")["state"] == "fresh"
     assert ip.run("dh(1.0)") == 20.0
     assert ip.run("grad(unrelated)(0.0)") == 1.0
@@ -45,30 +49,30 @@ def test_issue_example_line_by_line(ip: Shell, capsys: pytest.CaptureFixture[str
     ip.run("def k(x): return a * np.sin(x)")
     assert ip.run("grad(k)(0.0)") == 3.0
     ip.run("a = 5.0")
-    assert "a rebound" in entry("grad(k)")["reasons"][0]
+    assert "a rebound" in reasons("grad(k)")
     assert ip.run("grad(k)(0.0)") == 5.0
 
     ip.run("fs = [h, g]")
     ip.run("def d(x): return fs.pop()(x)")
     assert ip.run("grad(d)(1.0)") == 10.0  # pops g
     assert ip.run("grad(d)(1.0)") == 20.0  # pops h: plain autograd would do the same
+    assert "changes fs while it runs" in entry("grad(d)")["fallback"]
 
     capsys.readouterr()
     assert ip.run("%grad h(1.0)") == 20.0
     ip.run("def f(x, y): return x * y ** 3")
     assert ip.run("%grad -a 1 f(1.0, 2.0)") == 12.0
     ip.run("%stale")
-    # d's own pop() changed fs in place: seen after the cell, d rebuilds on its next call.
+    # d pops from fs: it runs its Python code on every call, as autograd does.
     out = capsys.readouterr().out
-    assert "1 of 5 derivatives stale" in out and "grad(d)  fs changed in place" in out
+    assert "fresh" in out and "grad(d) runs its Python code on every call" in out
     ip.run("def g(x): return 3 * x")
     ip.run("%stale")
     out = capsys.readouterr().out
-    assert "grad(h)" in out and "g redefined in cell" in out
+    assert "grad(h)" in out and "g redefined, noticed in cell" in out
     ip.run("%refresh")
     out = capsys.readouterr().out
-    # grad(h) rebuilds; grad(d) cannot: fs is empty now, and d's own error is reported.
-    assert "rebuilt 1, 1 failed" in out and "IndexError: pop from empty list" in out
+    assert "rebuilt 1" in out
     assert entry("grad(h)")["state"] == "fresh"
     assert ip.run("dh(1.0)") == 6.0
 
@@ -101,7 +105,7 @@ def test_grad_magic_transforms(ip: Shell) -> None:
         ("%grad a(1.0)", "'a' is not callable"),
         ("%grad h", "expected a call"),
         ("%grad", "nothing to differentiate"),
-        ("%grad --frobnicate h(1.0)", "unknown option"),
+        ("%grad --frobnicate h(1.0)", "unrecognized arguments: --frobnicate"),
         ("%grad -a x h(1.0)", "argnum must be an integer"),
         ("%grad -a 3 h(1.0)", "argnum 3 is out of range"),
         ("%grad h(1)", "an integer"),
@@ -143,14 +147,14 @@ def test_data_globals_inplace_arrays_and_containers(ip: Shell) -> None:
     ip.ns["x"] = x
     onp.testing.assert_allclose(ip.run("dl(x)"), [2.0, 4.0, 6.0])
     ip.run("w[0] = 10.0")
-    assert "w changed in place" in entry("grad(loss)")["reasons"][0]
+    assert "w changed in place" in reasons("grad(loss)")
     onp.testing.assert_allclose(ip.run("dl(x)"), [20.0, 4.0, 6.0])
     # A dict of parameters read by the function, changed in place.
     ip.run("params = {'scale': 2.0}")
     ip.run("def s(x): return params['scale'] * x ** 2")
     assert ip.run("grad(s)(1.0)") == 4.0
     ip.run("params['scale'] = 7.0")
-    assert "params changed in place" in entry("grad(s)")["reasons"][0]
+    assert "params['scale'] rebound" in reasons("grad(s)")
     assert ip.run("grad(s)(1.0)") == 14.0
     # A list of callees: appending a new one is seen.
     ip.run("def one(x): return x\ndef two(x): return 2 * x")
@@ -162,26 +166,28 @@ def test_data_globals_inplace_arrays_and_containers(ip: Shell) -> None:
     assert ip.run("grad(last)(1.0)") == 2.0
 
 
-def test_dynamic_edges_see_what_static_analysis_cannot(ip: Shell) -> None:
-    ip.run("def g(x): return 2 * x")
-    ip.run("suffix = ''")
-    ip.run("def d(x): return globals()['g' + suffix](x)")
-    assert ip.run("grad(d)(1.0)") == 2.0
-    e = entry("grad(d)")
-    assert "g" in e["deps"]  # only the traced run can know this
-    ip.run("def g(x): return 5 * x")
+def test_calls_static_analysis_cannot_see_are_recorded(ip: Shell) -> None:
+    # A function reached through a computed attribute name of a module object: only the
+    # recorded run knows that hm.g ran, and a later change of hm.g must be seen.
+    ip.run("import types\nhm = types.ModuleType('hm')\nsuffix = ''")
+    ip.run("exec('def g(x):\\n    return 2 * x', hm.__dict__)")
+    ip.run("def d(x): return getattr(hm, 'g' + suffix)(x)")
+    ip.run("dd = grad(d)")
+    assert ip.run("dd(1.0)") == 2.0 and ip.run("dd(1.0)") == 2.0
+    assert entry("grad(d)")["fallback"] == ""  # compiled, guarded
+    assert "hm.g" in entry("grad(d)")["deps"]
+    ip.run("exec('def g(x):\\n    return 5 * x', hm.__dict__)")
     assert entry("grad(d)")["state"] == "stale"
-    assert ip.run("grad(d)(1.0)") == 5.0
+    assert ip.run("dd(1.0)") == 5.0 and ip.run("dd(1.0)") == 5.0
 
 
-def test_without_dynamic_edges_the_dispatch_goes_unseen(ip: Shell) -> None:
-    ip.run("%config IPyRefresh.record_dynamic_edges = False")
+def test_computed_global_names_run_autograd_every_call(ip: Shell) -> None:
     ip.run("def g(x): return 2 * x\nsuffix = ''")
     ip.run("def d(x): return globals()['g' + suffix](x)")
     assert ip.run("grad(d)(1.0)") == 2.0
-    assert "g" not in entry("grad(d)")["deps"]
+    assert "computed names" in entry("grad(d)")["fallback"]
     ip.run("def g(x): return 5 * x")
-    assert entry("grad(d)")["state"] == "fresh"  # the recorder is what catches it
+    assert ip.run("grad(d)(1.0)") == 5.0
 
 
 def test_custom_gradient_rules_and_negative_edges(ip: Shell) -> None:
@@ -193,7 +199,7 @@ def test_custom_gradient_rules_and_negative_edges(ip: Shell) -> None:
     assert ip.run("dh(2.0)") == 12.0
     # Replacing the rule without rebinding any name.
     ip.run("defvjp(sq, lambda ans, x: lambda v: v * 100.0)")
-    assert "sq gradient rule changed" in entry("grad(h)")["reasons"][0]
+    assert "sq gradient rule changed" in reasons("grad(h)")
     assert ip.run("dh(2.0)") == 300.0
     # A plain function later replaced by a primitive with its own rule.
     ip.run("def cube(x): return x ** 3")
@@ -205,7 +211,7 @@ def test_custom_gradient_rules_and_negative_edges(ip: Shell) -> None:
     ip.run("def m(x): return abs(x) * 2")
     assert ip.run("grad(m)(-1.0)") == -2.0
     ip.run("def abs(x): return x")
-    assert "abs defined" in entry("grad(m)")["reasons"][0]
+    assert "abs defined" in reasons("grad(m)")
     assert ip.run("grad(m)(-1.0)") == 2.0
     ip.run("del abs")
 
@@ -219,7 +225,7 @@ def test_exec_globals_del_star_import_and_decorators(ip: Shell, tmp_path, monkey
     ip.run("globals()['g'] = lambda x: 4 * x")
     assert ip.run("dh(1.0)") == 4.0
     ip.run("del g")
-    assert "g deleted" in entry("grad(h)")["reasons"][0]
+    assert "g deleted" in reasons("grad(h)")
     error = ip.run_error("dh(1.0)")
     assert isinstance(error, NameError)
     mod = tmp_path / "starmod.py"
@@ -262,7 +268,7 @@ def test_lambdas_classes_methods_and_code_swaps(ip: Shell) -> None:
     ip.run("def g(x): return 2 * x\ndef h(x): return g(x)")
     assert ip.run("grad(h)(1.0)") == 2.0
     ip.run("def g2(x): return 8 * x\ng.__code__ = g2.__code__")
-    assert "g code changed in place" in entry("grad(h)")["reasons"][0]
+    assert "g code changed in place" in reasons("grad(h)")
     assert ip.run("grad(h)(1.0)") == 8.0
 
 
@@ -279,18 +285,15 @@ def test_redefinition_within_one_cell(ip: Shell) -> None:
     assert out == [5.0, 6.0]
 
 
-def test_world_age_is_the_fast_path(ip: Shell) -> None:
+def test_a_cache_hit_checks_the_guard_and_replays(ip: Shell) -> None:
     ip.run("def h(x): return np.sin(x)\ndh = grad(h)")
     ip.run("dh(0.5)")
-    e = ip.ns["dh"]._entries
-    (only,) = e.values()
-    world = ipyrefresh.get_engine().world.now
-    assert only.world == world  # validated in the current world
-    ip.run("z = 1")  # an unrelated cell does not move the world
-    assert ipyrefresh.get_engine().world.now == world
+    (only,) = ip.ns["dh"].entries
+    assert only.builds == 1
+    ip.run("z = 1")  # an unrelated cell changes nothing
     hits = only.hits
     ip.run("dh(0.5)")
-    assert only.hits == hits + 1 and only.last_event == "cache hit"
+    assert only.hits == hits + 1 and only.last_event == "cache hit" and only.builds == 1
 
 
 def test_eager_mode_rebuilds_after_the_cell(ip: Shell) -> None:
@@ -320,9 +323,10 @@ def test_refresh_by_name(ip: Shell, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_cache_is_bounded(ip: Shell) -> None:
     ip.run("%config IPyRefresh.max_entries = 3")
-    ip.run("def f(x, n): return x ** n")
-    for n in range(1, 7):
-        assert ip.run(f"grad(f)(2.0, {n})") == pytest.approx(n * 2.0 ** (n - 1))
+    ip.run("def f(x): return np.sum(x ** 3)")
+    for n in range(1, 7):  # six shapes: six entries, the oldest three evicted
+        got = ip.run(f"grad(f)(np.full({n}, 2.0))")
+        onp.testing.assert_array_equal(got, onp.full(n, 12.0))
     status = ipyrefresh.status()
     assert status["entries_total"] == 3
     assert status["evictions"] == 3
@@ -331,14 +335,16 @@ def test_cache_is_bounded(ip: Shell) -> None:
 def test_hook_failure_never_breaks_a_cell(
     ip: Shell, engine: Engine, capsys: pytest.CaptureFixture[str], monkeypatch
 ) -> None:
-    def broken(cell: int | None) -> list:
+    def broken(*args: object, **kwargs: object) -> int:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(engine, "after_cell", broken)
+    ip.run("%config IPyRefresh.mode = 'eager'")
+    monkeypatch.setattr(engine, "sweep", broken)
     assert ip.run("1 + 1") == 2
     assert ip.run("2 + 2") == 4
     err = capsys.readouterr().err
-    assert err.count("ipyrefresh: internal error") == 1
+    assert err.count("ipyrefresh: internal error") == 1  # warned once, counted twice
+    assert engine.stats["internal_errors"] == 2
 
 
 def test_unload_restores_the_shell_and_reload_works(bare_shell: Shell) -> None:
@@ -372,77 +378,66 @@ def test_after_unload_handles_validate_on_every_call(bare_shell: Shell) -> None:
     assert bare_shell.run("dh(1.0)") == 3.0
 
 
-def test_outside_ipython_handles_follow_nothing_but_never_go_stale(engine: Engine) -> None:
+def test_outside_ipython_handles_never_go_stale(engine: Engine) -> None:
     ns: dict = {}
     exec(
         "import autograd.numpy as np\ndef g(x): return 2 * x\ndef h(x): return g(x) * np.cos(x)", ns
     )
-    dh = ipyrefresh.grad(ns["h"])
+    dh = ipyrefresh.grad(ns["h"])  # an expression, not a name: a fixed target
     assert dh(0.0) == pytest.approx(2.0)
     exec("def g(x): return 7 * x", ns)  # the callee changes: seen by the per-call check
     assert dh(0.0) == pytest.approx(7.0)
     exec("def h(x): return 100 * x", ns)  # h itself is rebound: the handle keeps its function
     assert dh(0.0) == pytest.approx(7.0)
     assert not engine.attached
+    # A handle made from a name, in a script's namespace, follows the name.
+    exec("from ipyrefresh import grad\ndh = grad(h)\nfirst = dh(0.0)", ns)
+    exec("def h(x): return 3 * x\nsecond = dh(0.0)", ns)
+    assert (ns["first"], ns["second"]) == (100.0, 3.0)
 
 
 def test_config_validation(ip: Shell, caplog: pytest.LogCaptureFixture) -> None:
-    config = ipyrefresh.get_engine().config
-    ip.run("%config IPyRefresh.compiler = 'nonsense'")
-    assert "unknown compiler 'nonsense'" in caplog.text
+    config = ipyrefresh._src.engine.current().config
+    ip.run("%config IPyRefresh.backend = 'nonsense'")
+    assert "unknown backend 'nonsense'" in caplog.text
     ip.run("%config IPyRefresh.mode = 'sometimes'")
-    assert config.compiler == "tape" and config.mode == "lazy"  # the defaults, unchanged
+    assert config.backend == "tape" and config.mode == "lazy"  # the defaults, unchanged
     ip.run("%config IPyRefresh.mode = 'eager'")
     assert config.mode == "eager"
 
 
-def test_changing_the_default_compiler_rebuilds_with_it(
-    ip: Shell, request: pytest.FixtureRequest
-) -> None:
-    from ipyrefresh._src.compilers import _REGISTRY, AutogradCompiler, register_compiler
-
-    class Twice(AutogradCompiler):
-        """A stand-in second compiler: autograd's answer under another name."""
-
-        name = "twice"
-
-    register_compiler("twice", Twice)
-    request.addfinalizer(lambda: _REGISTRY.pop("twice", None))
+def test_changing_the_backend_applies_to_existing_handles(ip: Shell) -> None:
     ip.run("def h(x): return np.sin(x)\ndh = grad(h)")
     assert ip.run("dh(0.0)") == 1.0
     assert entry("grad(h)")["compiler"] == "tape"
-    ip.run("%config IPyRefresh.compiler = 'twice'")
-    assert ip.run("dh(0.0)") == 1.0
-    assert entry("grad(h)")["compiler"] == "twice"
-    pinned = ipyrefresh.Derivative("grad", ip.ns["h"], 0, compiler="autograd")
-    assert pinned(0.0) == 1.0
-    ip.run("%config IPyRefresh.compiler = 'autograd'")
-    assert pinned(0.0) == 1.0 and ip.run("dh(0.0)") == 1.0
-    assert {e["compiler"] for e in ipyrefresh.status()["entries"]} == {"autograd"}
+    ip.run("%config IPyRefresh.backend = 'autograd'")
+    assert ip.run("dh(0.0)") == 1.0 and ip.run("dh(0.0)") == 1.0
+    assert sorted(e["compiler"] for e in ipyrefresh.status()["entries"]) == ["autograd", "tape"]
+    assert ipyrefresh.Derivative("grad", ip.ns["h"], 0, "tape")(0.0) == 1.0
 
 
-def test_a_retrace_records_what_the_new_path_calls(ip: Shell) -> None:
-    ip.run("def g(x): return 2 * x\nsuffix = ''")
+def test_a_new_path_records_what_it_calls(ip: Shell) -> None:
+    ip.run("import types\nhm = types.ModuleType('hm')\nsuffix = ''")
+    ip.run("exec('def g(x):\\n    return 2 * x', hm.__dict__)")
     ip.run(
-        "def h(x):\n    if x > 0:\n        return np.sin(x)\n    return globals()['g' + suffix](x)"
+        "def h(x):\n    if x > 0:\n        return np.sin(x)\n    return getattr(hm, 'g' + suffix)(x)"
     )
     ip.run("dh = grad(h)")
-    assert ip.run("dh(0.0 + 1.0)") == pytest.approx(onp.cos(1.0))
-    assert "g" not in entry("grad(h)")["deps"]  # the traced path never called g
-    assert ip.run("dh(-1.0)") == 2.0  # a guard fails: the tape retraces the other path
-    assert "g" in entry("grad(h)")["deps"]
-    ip.run("def g(x): return 5 * x")
-    assert entry("grad(h)")["state"] == "stale"
+    assert ip.run("dh(1.0)") == pytest.approx(onp.cos(1.0))
+    assert ip.run("dh(-1.0)") == 2.0  # a guard fails: the other path is traced
+    assert ip.run("dh(-1.0)") == 2.0 and ip.run("dh(1.0)") == pytest.approx(onp.cos(1.0))
+    ip.run("exec('def g(x):\\n    return 5 * x', hm.__dict__)")
+    assert ip.run("dh(-1.0)") == 5.0
     assert ip.run("dh(-1.0)") == 5.0
 
 
-def test_grad_backend_option_pins_a_compiler(ip: Shell) -> None:
+def test_grad_backend_option_pins_a_backend(ip: Shell) -> None:
     ip.run("def h(x): return np.sin(x) * x")
-    ip.run("%config IPyRefresh.compiler = 'autograd'")
+    ip.run("%config IPyRefresh.backend = 'autograd'")
     assert ip.run("%grad --backend tape h(0.0)") == 0.0
     assert ip.run("%grad --backend autograd h(0.0)") == 0.0
-    compilers = sorted(e["compiler"] for e in ipyrefresh.status()["entries"])
-    assert compilers == ["autograd", "tape"]
+    backends = sorted(e["compiler"] for e in ipyrefresh.status()["entries"])
+    assert backends == ["autograd", "tape"]
 
 
 def test_library_generated_code_is_not_a_dependency(ip: Shell) -> None:
@@ -451,6 +446,7 @@ def test_library_generated_code_is_not_a_dependency(ip: Shell) -> None:
     ip.run("def f(x):\n    p = P(x, 2.0)\n    return p.a * p.b")
     ip.run("exec('def g(x):\\n    return f(x) * 3', globals())")  # the user's own exec: is
     assert ip.run("grad(g)(1.0)") == 6.0
-    assert entry("grad(g)")["deps"] == ["P", "f", "g"]
+    assert {"P", "f"} <= set(entry("grad(g)")["deps"])
+    assert ("g", "P.__new__") not in ipyrefresh.status()  # no made-up call-graph nodes
     ip.run("exec('def f(x):\\n    return x * 5.0', globals())")
     assert ip.run("grad(g)(1.0)") == 15.0

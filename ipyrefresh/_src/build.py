@@ -196,11 +196,11 @@ def _edges(log: CallLog, fn: Any, label: str) -> dict[tuple[str, str], str]:
     root_code = getattr(getattr(fn, "__func__", fn), "__code__", None)
     names: dict[CodeType, str] = {}
     edges: dict[tuple[str, str], str] = {}
-    for caller, code in log.calls:
+    for (caller, code), globs in log.calls.items():
         callee = label if code is root_code else codefacts.qualname(code)
         names[code] = callee
-        if caller is None or code is root_code:
-            continue
+        if caller is None or code is root_code or not codefacts.is_user_frame(code, globs):
+            continue  # (generated helpers of libraries, namedtuple's __new__, are not shown)
         src = label if caller is root_code else names.get(caller, codefacts.qualname(caller))
         if src != callee:
             edges[(src, callee)] = "dynamic"

@@ -33,7 +33,6 @@ class Derivative:
         "_engine",
         "_entries",
         "_fun",
-        "_shapes",
         "argnum",
         "backend",
         "target",
@@ -55,17 +54,18 @@ class Derivative:
         self.transform = Transform(transform)
         self.argnum = check_argnum(argnum)
         check_differentiable(fun, label_of(fun))
-        self.backend = backend or engine.config.backend
-        self._shapes = self.backend != "jax"  # jax.jit dispatches on shapes itself
+        self.backend = backend  # None: the configured backend at each call
         self._engine = engine
         self.target: Target = engine.target(target or target_for(fun, frame))
         # A fixed target is kept alive by its handle, as autograd's grad(f) keeps f.
         self._fun = fun if isinstance(self.target, FixedTarget) else None
-        self._entries: dict[Signature, Entry] = {}
+        self._entries: dict[tuple[str, Signature], Entry] = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         fn = self.target.resolve()
-        sig = call_signature(args, kwargs, self._shapes)
+        backend = self.backend or self._engine.config.backend
+        # jax.jit dispatches on shapes itself: one JAX entry serves every shape.
+        sig = (backend, call_signature(args, kwargs, backend != "jax"))
         entry = self._entries.get(sig)
         if entry is not None:
             for variant in entry.variants:
@@ -80,7 +80,7 @@ class Derivative:
         else:
             if len(self._entries) >= _MAX_HANDLE_ENTRIES:
                 self._entries.clear()
-            key = EntryKey(self.target.key, self.transform, self.argnum, sig, self.backend)
+            key = EntryKey(self.target.key, self.transform, self.argnum, sig[1], backend)
             entry = self._engine.entry_for(self.target, key)
         entry, answer = self._engine.call(entry, fn, args, kwargs)
         self._entries[sig] = entry
@@ -103,7 +103,7 @@ class Derivative:
     def __repr__(self) -> str:
         follows = f"follows '{self.target.label}'" if self.target.follows else "fixed function"
         argnum = "" if self.argnum == 0 else f", argnum={self.argnum}"
-        backend = "" if self.backend == "tape" else f", {self.backend}"
+        backend = f", {self.backend}" if self.backend else ""
         return (
             f"<ipyrefresh {self.transform.value}({self.target.label}{argnum}){backend}, {follows}>"
         )

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from types import CodeType, FrameType
 from typing import Any
 
-from .code import is_user_code, is_user_frame
+from .code import is_user_code
 
 _MAX_WALK = 64
 _TOOL_NAME = "ipyrefresh"
@@ -35,7 +35,8 @@ _TOOL_NAME = "ipyrefresh"
 class CallLog:
     """What one recorded run did.
 
-    ``calls`` maps (caller code or None, callee code) to the callee's globals; the
+    Every code object that is not a library's counts, generated code included (a
+    function ``exec``'d into a module object is as changeable as a cell's). ``calls`` maps (caller code or None, callee code) to the callee's globals; the
     caller is the nearest user frame, None when library code (autograd) called it.
     ``complete`` is False when no hook could be installed: the log then proves nothing.
     """
@@ -52,7 +53,7 @@ class CallLog:
         for _ in range(_MAX_WALK):
             if back is None or back is boundary:
                 break
-            if is_user_frame(back.f_code, back.f_globals):
+            if is_user_code(back.f_code):
                 caller = back.f_code
                 break
             back = back.f_back
@@ -151,7 +152,7 @@ def _active() -> list[tuple[CallLog, FrameType | None]]:
 
 def _profile(frame: FrameType, event: str, arg: Any) -> None:
     if event == "call":
-        if is_user_frame(frame.f_code, frame.f_globals):
+        if is_user_code(frame.f_code):
             for log, boundary in _active():
                 log.add_frame(frame, boundary)
     elif event == "c_call" and not _from_warnings(frame.f_code):
@@ -282,7 +283,7 @@ class _Monitor:
             if threading.get_ident() != thread or not is_user_code(code):
                 return None
             frame = sys._getframe(1)
-            if frame.f_code is code and is_user_frame(code, frame.f_globals):
+            if frame.f_code is code:
                 for log, boundary in _active():
                     log.add_frame(frame, boundary)
             return None
