@@ -83,14 +83,16 @@ class NotebookModel:
             return self.define(r.randrange(N_FUNCS), run)
         if action < edges[1]:
             k = r.randrange(N_DATA)
+            old = self.data.get(f"a{k}")
             self.data[f"a{k}"] = round(r.uniform(-3, 3), 3)
             run(f"a{k} = {self.data[f'a{k}']!r}")
-            return {f"a{k}"}
+            return {f"a{k}"} if self.data[f"a{k}"] != old else set()  # an equal value is no change
         if action < edges[2]:  # in place: the array object stays the same
             j = r.randrange(3)
+            old = self.w[j]
             self.w[j] = round(r.uniform(-1, 1), 3)
             run(f"w[{j}] = {self.w[j]!r}")
-            return {"w"}
+            return {"w"} if self.w[j] != old else set()
         if action < edges[3]:
             self.rule = round(r.uniform(-3, 3), 3)
             run(self.rule_cell())

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import autograd
 import pytest
 
-from ipyrefresh._src.compilers import available_compilers
+from ipyrefresh._src import compilers as registry
 from ipyrefresh._src.engine import Engine
 
 from .conftest import Shell
@@ -82,7 +82,8 @@ class Model(NotebookModel):
 
 
 def check_all(ip: Shell, engine: Engine, model: Model, x: float) -> None:
-    """Call every handle; compare with the oracle; count rebuilds against the model."""
+    """Call every handle; compare with the oracle; count rebuilds against the model (the
+    plain-autograd backend runs the code on every call: it never needs a rebuild)."""
     builds_before = engine.stats["builds"]
     expected_builds = 0
     for i in range(N_FUNCS):
@@ -93,7 +94,8 @@ def check_all(ip: Shell, engine: Engine, model: Model, x: float) -> None:
             got = None
         check_value(f"f{i}", got, want, model)
         expected_builds += rebuilt
-    assert engine.stats["builds"] - builds_before == expected_builds
+    if engine.config.backend != "autograd":
+        assert engine.stats["builds"] - builds_before == expected_builds
 
 
 def check_value(name: str, got: float | None, want: float | None, model: Model) -> None:
@@ -101,11 +103,11 @@ def check_value(name: str, got: float | None, want: float | None, model: Model) 
         assert got is None, f"{name}: expected an error, got {got}"
     else:
         assert got is not None, f"{name}: expected {want}, got an error"
-        assert got == pytest.approx(want, rel=1e-9, abs=1e-12), (name, model.funcs)
+        assert got == want, (name, got, want, model.funcs)  # bit for bit
 
 
 def compilers() -> list[str]:
-    return sorted(available_compilers() - {"jax"})
+    return sorted(set(registry.available()) - {"jax"})
 
 
 @pytest.mark.slow
@@ -116,7 +118,7 @@ def test_random_redefinitions_match_fresh_autograd(
 ) -> None:
     rng = random.Random(seed)
     model = Model(rng)
-    ip.run(f"%config IPyRefresh.compiler = {compiler!r}")
+    ip.run(f"%config IPyRefresh.backend = {compiler!r}")
     ip.run(HEADER + "@primitive\ndef p(x):\n    return x * x\n")
     ip.run(model.rule_cell())
     ip.run("w = np.array([0.5, -0.25, 1.0])")
@@ -150,7 +152,8 @@ def test_random_redefinitions_match_fresh_autograd(
             after, rebuilt_after = model.expect_call(f"f{i}", x)
             check_value(f"f{i}", ip.ns["_before"], before, model)
             check_value(f"f{i}", ip.ns["_after"], after, model)
-            assert engine.stats["builds"] - builds == rebuilt_before + rebuilt_after
+            if compiler != "autograd":
+                assert engine.stats["builds"] - builds == rebuilt_before + rebuilt_after
             mid_cell_checks += 1
         elif changed is None:
             ip.run("z = 1")
@@ -158,4 +161,5 @@ def test_random_redefinitions_match_fresh_autograd(
         check_all(ip, engine, model, x)
     assert mid_cell_checks > 0
     status = engine.status()
-    assert status["rebuilds"] > STEPS // 4  # the run really exercised invalidation
+    if compiler != "autograd":
+        assert status["rebuilds"] > STEPS // 4  # the run really exercised invalidation

@@ -153,11 +153,15 @@ class Engine:
         try:
             outcome = run_build(compiler, fn, label, entry.request, args, kwargs)
         except KeyboardInterrupt:
-            entry.invalidate(Change(ChangeKind.INTERRUPTED, cell=self.cell))
+            if stale:
+                entry.invalidate(Change(ChangeKind.INTERRUPTED, cell=self.cell))
             raise
         except BaseException as exc:
-            entry.fail(describe_error(exc))
-            self._notify()
+            # The user's code raised for these arguments. A new path of a fresh entry
+            # failing leaves the paths it has valid (they answer other arguments).
+            if stale:
+                entry.fail(describe_error(exc))
+                self._notify()
             raise
         self._install(entry, outcome, stale, why)
         entry.keep_example(_retain(args, kwargs, self.config.retain_example_bytes))
@@ -175,8 +179,8 @@ class Engine:
         return outcome.result
 
     def _install(self, entry: Entry, outcome: Outcome, stale: bool, why: str) -> None:
-        self.stats["builds"] += 1
         if stale:
+            self.stats["builds"] += 1
             rebuilt = entry.builds > 0
             event = f"rebuilt ({why}); {outcome.event}" if rebuilt and why else outcome.event
             entry.install(outcome.variant, outcome.info, event)
