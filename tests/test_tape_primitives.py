@@ -25,6 +25,8 @@ from autograd.numpy.numpy_boxes import ArrayBox
 from ipyrefresh._src.engine import Engine
 from ipyrefresh._src.handles import Derivative
 
+from .oracle import same_result
+
 
 def _table() -> dict[str, Any]:
     names: dict[Any, str] = {}
@@ -225,24 +227,6 @@ def _inputs(shapes: list[tuple[int, ...]], seed: int) -> list[Any]:
         v = rng.uniform(0.2, 0.8, size=shape)
         out.append(float(v) if shape == () and seed % 2 else v)
     return out
-
-
-def same_result(got: Any, want: Any) -> None:
-    """Bitwise: the same types, shapes, dtypes and bits (NaN where autograd has NaN)."""
-    if isinstance(want, dict):
-        assert type(got) is dict and list(got) == list(want)
-        for k in want:
-            same_result(got[k], want[k])
-        return
-    if isinstance(want, tuple | list):
-        assert type(got) is type(want) and len(got) == len(want)
-        for g, w in zip(got, want, strict=True):
-            same_result(g, w)
-        return
-    assert type(got) is type(want), (type(got), type(want))
-    assert onp.shape(got) == onp.shape(want)
-    assert onp.result_type(got) == onp.result_type(want)
-    onp.testing.assert_array_equal(got, want, strict=True)
 
 
 def replayed(handle: Derivative) -> None:

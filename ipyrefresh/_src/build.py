@@ -20,6 +20,7 @@ from types import CodeType, FunctionType, MethodType
 from typing import Any
 
 import numpy as np
+from autograd.tracer import Box
 
 from . import code as codefacts
 from .changes import ChangeKind
@@ -61,10 +62,11 @@ def run_build(
     kwargs: dict[str, Any],
 ) -> Outcome:
     """See the module docstring."""
-    if not compiler.needs_guard:
+    if not compiler.needs_guard or _traced_elsewhere(args, kwargs):
         traced = compiler.trace(fn, request, args, kwargs)
-        variant = compiler.fallback(request, Guard(), "")
-        return Outcome(traced.result, variant, BuildInfo(), "built")
+        why = "" if not compiler.needs_guard else "called inside another autograd computation"
+        variant = compiler.fallback(request, Guard(), why)
+        return Outcome(traced.result, variant, BuildInfo(note=why), "built")
     before, before_error = _walk(fn, label, request, args, kwargs, None)
     rngs = [("numpy.random", _GLOBAL_RNG), *before.rngs]
     states = [_rng_state(g) for _, g in rngs]
@@ -96,6 +98,23 @@ def run_build(
         variant = compiler.fallback(request, guard, why)
         return Outcome(traced.result, variant, info, f"built; runs {variant.describe()}: {why}")
     return Outcome(traced.result, traced.compile(guard), info, "built")
+
+
+def _traced_elsewhere(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
+    """An argument is a box of an enclosing autograd trace (``grad(lambda w: dh(x, w))``):
+    only autograd itself can answer, differentiably."""
+    return any(_has_box(a) for a in (*args, *kwargs.values()))
+
+
+def _has_box(a: Any, depth: int = 0) -> bool:
+    if isinstance(a, Box):
+        return True
+    t = type(a)
+    if depth < 4 and (t is list or t is tuple):
+        return any(_has_box(v, depth + 1) for v in a)
+    if depth < 4 and t is dict:
+        return any(_has_box(v, depth + 1) for v in a.values())
+    return False
 
 
 def _walk(

@@ -23,6 +23,7 @@ import contextlib
 import copy
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -204,7 +205,7 @@ class Engine:
         note = f"more than {MAX_VARIANTS} traced paths; other inputs run the code every call"
         fallback = compiler.fallback(entry.request, guard, note)
         entry.add_variant(fallback, note)
-        entry.info.note = note
+        warnings.warn(f"ipyrefresh: {entry.name} has {note}", RuntimeWarning, stacklevel=4)
         return fallback.run(fn, args, kwargs)
 
     def _change(self, bad: Mismatch, detection: Detection) -> Change:

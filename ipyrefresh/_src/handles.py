@@ -86,6 +86,11 @@ class Derivative:
         self._entries[sig] = entry
         return answer
 
+    def entry(self, *args: Any, **kwargs: Any) -> Entry | None:
+        """The cache entry a call with these arguments uses (``None`` before its first call)."""
+        backend = self.backend or self._engine.config.backend
+        return self._entries.get((backend, call_signature(args, kwargs, backend != "jax")))
+
     @property
     def fun(self) -> Any:
         """The function this derivative differentiates now."""

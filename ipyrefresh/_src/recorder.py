@@ -13,6 +13,7 @@ the same time. Only the thread that builds is recorded.
 from __future__ import annotations
 
 import builtins
+import importlib
 import io
 import os
 import random
@@ -132,10 +133,19 @@ def effect_of(fn: Any) -> str | None:
 _WARNINGS_FILE = os.path.normcase(getattr(sys.modules["warnings"], "__file__", "") or "")
 
 
-def _from_warnings(code: CodeType) -> bool:
-    """Output written by the ``warnings`` machinery: a replay warns through numpy itself,
-    and Python shows a warning once per place anyway, so it is not an effect to repeat."""
-    return os.path.normcase(code.co_filename) == _WARNINGS_FILE
+_IMPORTLIB_DIR = os.path.dirname(os.path.normcase(getattr(importlib, "__file__", "") or "")) + os.sep
+
+
+def _machinery(code: CodeType) -> bool:
+    """I/O done by Python's own machinery, not an effect a replay must repeat: the
+    ``warnings`` module's output (a replay warns through numpy itself, and Python shows
+    a warning once per place anyway) and the file reads of a first import."""
+    name = os.path.normcase(code.co_filename)
+    return (
+        name == _WARNINGS_FILE
+        or name.startswith("<frozen importlib")
+        or name.startswith(_IMPORTLIB_DIR)
+    )
 
 
 # -- the hooks -------------------------------------------------------------------------------
@@ -155,7 +165,7 @@ def _profile(frame: FrameType, event: str, arg: Any) -> None:
         if is_user_code(frame.f_code):
             for log, boundary in _active():
                 log.add_frame(frame, boundary)
-    elif event == "c_call" and not _from_warnings(frame.f_code):
+    elif event == "c_call" and not _machinery(frame.f_code):
         what = effect_of(arg)
         if what is not None:
             for log, _ in _active():
@@ -293,7 +303,7 @@ class _Monitor:
     @staticmethod
     def _call_callback(thread: int) -> Callable[[CodeType, int, Any, Any], Any]:
         def on_call(code: CodeType, offset: int, fn: Any, arg0: Any) -> Any:
-            if threading.get_ident() == thread and not _from_warnings(code):
+            if threading.get_ident() == thread and not _machinery(code):
                 what = effect_of(fn)
                 if what is not None:
                     for log, _ in _active():

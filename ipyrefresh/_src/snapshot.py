@@ -27,6 +27,7 @@ from types import BuiltinFunctionType, CodeType, FunctionType, MethodType, Modul
 from typing import Any
 
 import numpy as np
+from autograd.tracer import Box
 
 from . import code as codefacts
 from .changes import ChangeKind
@@ -346,6 +347,8 @@ class Walker:
             raise Unguardable(f"{label} is a set of objects")
         if _is_iterator(t):
             raise Unguardable(f"{label} is an iterator (reading it consumes it)")
+        if isinstance(value, Box):
+            raise Unguardable(f"{label} is traced by another autograd computation")
         return self._container(value, label, lambda: self.instance(value, label))
 
     def _container(self, value: Any, label: str, make: Callable[[], Node]) -> Node:

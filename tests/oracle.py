@@ -1,0 +1,25 @@
+"""Comparing answers with autograd's: bit for bit, type and dtype included."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as onp
+
+
+def same_result(got: Any, want: Any) -> None:
+    """The same types, shapes, dtypes and bits (NaN where autograd has NaN)."""
+    if isinstance(want, dict):
+        assert type(got) is dict and list(got) == list(want)
+        for k in want:
+            same_result(got[k], want[k])
+        return
+    if isinstance(want, tuple | list):
+        assert type(got) is type(want) and len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            same_result(g, w)
+        return
+    assert type(got) is type(want), (type(got), type(want))
+    assert onp.shape(got) == onp.shape(want)
+    assert onp.result_type(got) == onp.result_type(want)
+    onp.testing.assert_array_equal(got, want, strict=True)
