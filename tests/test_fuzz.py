@@ -18,8 +18,16 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from IPython.core.error import UsageError
 
-from ipyrefresh._src.compilers import reference
-from ipyrefresh.ipython.gradline import TRANSFORM_FLAGS, parse_call, parse_line
+import autograd
+
+from ipyrefresh.ipython.gradline import parse_call
+from ipyrefresh.ipython.magics import parse_grad_line
+
+TRANSFORM_FLAGS = ["--hessian", "--jacobian", "--value", "--elementwise"]
+
+
+def reference(fn: Any, transform: str, argnum: Any, args: Any, kwargs: Any) -> Any:
+    return getattr(autograd, transform)(fn, argnum)(*args, **kwargs)
 
 NS_SETUP = """
 import autograd.numpy as np
@@ -155,9 +163,11 @@ def check_line(ip: Any, line: str, note: Any = _no_event) -> None:
         assert len(message) < 400, message
     else:
         note("answered")
-        request = parse_line(line)
+        request = parse_grad_line(line)
         call = parse_call(request.expr, ip.ns)  # the same pieces the magic evaluated
-        expected = reference(call.fn, request.transform, request.argnum, call.args, call.kwargs)
+        expected = reference(
+            call.fn, request.transform.value, request.argnum, call.args, call.kwargs
+        )
         for got, want in zip(_leaves(result), _leaves(expected), strict=True):
             assert onp.allclose(got, want, equal_nan=True), (line, got, want)
     assert snapshot(ip.ns) == before, line

@@ -20,7 +20,7 @@ from types import CodeType, FunctionType, MethodType
 from typing import Any
 
 import numpy as np
-from autograd.tracer import Box
+from autograd.tracer import Box, getval
 
 from . import code as codefacts
 from .changes import ChangeKind
@@ -83,11 +83,15 @@ def run_build(
     effects += _stores(log)
     guard, unguardable = _walk(fn, label, request, args, kwargs, log)
     guard.env += rules_of(traced.primitives)
+    known = {id(g) for _, g in rngs}
+    late = [name for name, g in guard.rngs if id(g) not in known]
+    if late:  # its state before the run is unknown: it may have been drawn from
+        effects.append(f"reaches a random generator only at run time ({late[0]})")
+    effects += _unboxes(log)
     info = BuildInfo(
         reads=sorted(set(guard.labels)),
         edges=_merge(guard.edges, _edges(log, fn, label)),
         notes=guard.notes,
-        big_arrays=guard.big_arrays,
     )
     why = traced.unsupported or "; ".join(effects) or unguardable
     if not why and not log.complete:
@@ -211,8 +215,22 @@ def _stores(log: CallLog) -> list[str]:
     return found
 
 
+def _unboxes(log: CallLog) -> list[str]:
+    """Code that reads a traced value's number directly (``getval(x)``, ``x._value``):
+    autograd treats it as a constant each run; a replay would keep the first run's."""
+    found = []
+    for code, globs in log.codes.items():
+        facts = codefacts.facts(code)
+        uses_getval = any(dict.get(globs, n) is getval for n in facts.globals)  # type: ignore[arg-type]
+        if uses_getval or "_value" in facts.attrs or "getval" in facts.attrs:
+            found.append(f"{codefacts.qualname(code)} reads traced values directly (getval)")
+    return found
+
+
 def _edges(log: CallLog, fn: Any, label: str) -> dict[tuple[str, str], str]:
-    root_code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if type(fn) is MethodType:
+        fn = fn.__func__
+    root_code = fn.__code__ if type(fn) is FunctionType else None
     names: dict[CodeType, str] = {}
     edges: dict[tuple[str, str], str] = {}
     for (caller, code), globs in log.calls.items():

@@ -29,6 +29,7 @@ class ChangeKind(enum.Enum):
     RESHAPED = "changed shape or dtype"
     CLASS_CHANGED = "class changed"
     NOT_CALLABLE = "is not callable any more"
+    UNREADABLE = "cannot be read any more"
     # Reasons that are not a change of the user's code or data.
     NOT_BUILT = "not built yet"
     EVICTED = "evicted from the cache"

@@ -286,6 +286,11 @@ def is_user_code(code: CodeType) -> bool:
             filename.startswith(("<frozen", "<ipyrefresh"))
             or filename == "<__array_function__ internals>"
         )
+    return is_user_file(filename)
+
+
+def is_user_file(filename: str) -> bool:
+    """A source file outside the standard library, site-packages and ipyrefresh."""
     known = _is_user_file.get(filename)
     if known is None:
         real = os.path.normcase(os.path.realpath(filename))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import random
 import sys
 import threading
 import warnings
@@ -101,16 +102,42 @@ class Engine:
                 self.cache.add(entry)
             return entry
 
+    def hold(self, target: Target) -> None:
+        """A handle on ``target`` was made (see :meth:`release`)."""
+        if isinstance(target, FixedTarget):
+            with self.lock:
+                target.holders += 1
+
+    def release(self, target: Target) -> None:
+        """A handle on ``target`` is gone. When no handle holds a fixed target, its entries
+        go: their guards hold the function's namespace, so its weakref would never fire."""
+        if isinstance(target, FixedTarget):
+            target.holders -= 1
+            if target.holders <= 0:
+                self._dead.append(target.key)
+                # This may run in a finalizer, in any thread: never wait for the lock.
+                if self.lock.acquire(blocking=False):
+                    try:
+                        self._purge_dead()
+                    finally:
+                        self.lock.release()
+
     def _target_died(self, key: TargetKey) -> None:
         self._dead.append(key)  # from a weakref callback: no lock here, purge later
 
     def _purge_dead(self) -> None:
         while self._dead:
             key = self._dead.pop()
-            self._targets.pop(key, None)
+            known = self._targets.get(key)
+            if isinstance(known, FixedTarget) and (known.dead or known.holders <= 0):
+                del self._targets[key]
             for entry in self.cache:
                 target = entry.target
-                if entry.key.target == key and isinstance(target, FixedTarget) and target.dead:
+                if (
+                    entry.key.target == key
+                    and isinstance(target, FixedTarget)
+                    and (target.dead or target.holders <= 0)
+                ):
                     self.cache.remove(entry)
 
     # -- the slow path of a call -----------------------------------------------------------
@@ -230,14 +257,12 @@ class Engine:
                     continue
                 try:
                     fn = entry.target.resolve()
-                except TargetGone:
-                    entry.invalidate(
-                        self._change(Mismatch(entry.target.label, ChangeKind.DELETED), detection)
-                    )
+                except Exception as exc:  # the name is gone, or model.loss raises now
+                    gone = isinstance(exc, TargetGone)
+                    kind = ChangeKind.DELETED if gone else ChangeKind.UNREADABLE
+                    bad = Mismatch(entry.target.label, kind)
+                    entry.invalidate(self._change(bad, detection))
                     went += 1
-                    continue
-                except Exception as exc:
-                    self.internal_error("resolving a target", exc)
                     continue
                 for variant in entry.variants:
                     try:
@@ -251,15 +276,21 @@ class Engine:
                     went += 1
         return went
 
-    def refresh(self, name: str | None = None, force: bool = False) -> dict[str, Any]:
+    def refresh(
+        self, name: str | None = None, force: bool = False, eager: bool = False
+    ) -> dict[str, Any]:
         """Rebuild stale entries now (those depending on ``name``, if given); ``force``
         rebuilds fresh ones too. Entries whose last arguments were not kept are left to
-        rebuild at their next call."""
+        rebuild at their next call. ``eager`` (after a cell, unasked) skips functions whose
+        last build had effects (they would print, draw or count behind the user's back)
+        and puts the global random generators back as they were."""
         report: dict[str, Any] = {"rebuilt": [], "pending": [], "failed": []}
         with self.lock:
             self.sweep(deep=True, detection=Detection.ON_REQUEST)
             for entry in self.cache:
                 if name is not None and not mentions(entry, name):
+                    continue
+                if eager and (entry.info.note or entry.builds == 0):
                     continue
                 if entry.state is State.FRESH:
                     if not force:
@@ -270,7 +301,8 @@ class Engine:
                     continue
                 args, kwargs = entry.example
                 try:
-                    self._build(entry, entry.target.resolve(), args, kwargs)
+                    with _global_random_kept() if eager else contextlib.nullcontext():
+                        self._build(entry, entry.target.resolve(), args, kwargs)
                 except Exception as exc:
                     report["failed"].append([entry.name, describe_error(exc)])
                 else:
@@ -335,6 +367,18 @@ class Engine:
 
 
 _NO = Miss("guard")
+
+
+@contextlib.contextmanager
+def _global_random_kept() -> Iterator[None]:
+    """numpy's and Python's global generators end as they started."""
+    np_state = np.random.get_state()
+    py_state = random.getstate()
+    try:
+        yield
+    finally:
+        np.random.set_state(np_state)
+        random.setstate(py_state)
 
 
 def _replaced(known: Target, new: Target) -> bool:

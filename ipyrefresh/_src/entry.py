@@ -42,7 +42,6 @@ class BuildInfo:
     edges: dict[tuple[str, str], str] = field(default_factory=dict)  # (caller, callee) -> kind
     note: str = ""  # why it runs on a fallback, if it does
     notes: list[str] = field(default_factory=list)  # smaller caveats (identity-only checks)
-    big_arrays: int = 0  # arrays whose contents only calls check (not the sweep after cells)
 
 
 class Entry:
@@ -107,24 +106,32 @@ class Entry:
 
     def drop(self, variant: Variant, change: Change) -> None:
         """One variant's code or data changed; the entry is stale when none is left."""
-        self.variants = tuple(v for v in self.variants if v is not variant)
-        if not self.variants:
+        remaining = tuple(v for v in self.variants if v is not variant)
+        if remaining:
+            self.variants = remaining
+        else:
             self.invalidate(change)
 
     def invalidate(self, change: Change) -> None:
-        """Stale: drop every variant (and the user objects they hold), keep the reason."""
-        if self.state is State.FRESH or self.state is State.UNBUILT:
-            self.reasons = ()
-        self.variants = ()
+        """Stale: drop every variant (and the user objects they hold), keep the reason.
+
+        The state changes before the variants go (and ``install`` sets variants before
+        the state), so an interrupt between the two never leaves a FRESH entry without a
+        variant; a variant briefly kept by a stale entry is still checked by its guard.
+        """
+        was = self.state
         if self.state is not State.FAILED:
             self.state = State.STALE
+        if was is State.FRESH or was is State.UNBUILT:
+            self.reasons = ()
         if change not in self.reasons and len(self.reasons) < 8:
             self.reasons = (*self.reasons, change)
+        self.variants = ()
 
     def fail(self, error: str) -> None:
         """A build raised (the user's code did): the entry answers nothing until rebuilt."""
-        self.variants = ()
         self.state = State.FAILED
+        self.variants = ()
         self.error = error
         self.reasons = (Change(ChangeKind.FAILED, detail=error),)
 
@@ -132,8 +139,8 @@ class Entry:
         """``variant`` answered a call: count it, and try it first next time."""
         self.hits += 1
         self.last_event = "cache hit"
-        variants = self.variants
-        if variants[0] is not variant and variant in variants:
+        variants = self.variants  # (another thread may have dropped them meanwhile)
+        if variants and variants[0] is not variant and variant in variants:
             self.variants = (variant, *(v for v in variants if v is not variant))
 
     def keep_example(self, example: tuple[tuple[Any, ...], dict[str, Any]] | None) -> None:

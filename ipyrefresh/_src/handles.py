@@ -11,6 +11,7 @@ Python, in threads and in widget callbacks alike.
 from __future__ import annotations
 
 import sys
+import weakref
 from types import FrameType
 from typing import Any
 
@@ -59,6 +60,8 @@ class Derivative:
         self.target: Target = engine.target(target or target_for(fun, frame))
         # A fixed target is kept alive by its handle, as autograd's grad(f) keeps f.
         self._fun = fun if isinstance(self.target, FixedTarget) else None
+        engine.hold(self.target)
+        weakref.finalize(self, engine.release, self.target)
         self._entries: dict[tuple[str, Signature], Entry] = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

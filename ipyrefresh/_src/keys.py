@@ -11,15 +11,26 @@ variants check the non-differentiated arguments they depend on (``snapshot.Guard
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .compilers.base import Argnum, Transform
-
 Signature = Hashable
+Argnum = int | tuple[int, ...]
+
+
+class Transform(enum.Enum):
+    """The derivative a handle computes (autograd's names)."""
+
+    GRAD = "grad"
+    VALUE_AND_GRAD = "value_and_grad"
+    ELEMENTWISE_GRAD = "elementwise_grad"
+    JACOBIAN = "jacobian"
+    HESSIAN = "hessian"
+
 
 _BY_VALUE = (bool, str, bytes, type(None))
 _JAX_TYPES: dict[type, bool] = {}

@@ -17,9 +17,10 @@ lists, dicts or arrays (functions, classes and arrays are held weakly).
 
 from __future__ import annotations
 
+import collections
 import weakref
 from collections.abc import Callable, Sequence
-from types import FunctionType, MethodType
+from types import BuiltinFunctionType, FunctionType, MethodType
 from typing import Any
 
 import numpy as np
@@ -38,9 +39,6 @@ class _Missing:
 
 #: The value of a name that is not bound (or an attribute that is not set).
 MISSING: Any = _Missing()
-
-#: Arrays up to this many bytes are digested by the cheap checks after a cell too.
-CHEAP_DIGEST_BYTES = 1 << 20
 
 SCALAR_TYPES: frozenset[type] = frozenset(
     {int, float, bool, complex, str, bytes, type(None), type(Ellipsis), type(NotImplemented)}
@@ -83,8 +81,19 @@ def same_scalar(a: Any, b: Any) -> bool:
     if t not in SCALAR_TYPES and not issubclass(t, np.generic):
         return False
     if a == b:
-        return True
+        # 0.0 == -0.0, but arctan2 (and autograd) tell them apart: compare the sign too.
+        return a != 0 or t is bool or t is int or _sign_bits(a) == _sign_bits(b)
     return a != a and b != b  # both NaN
+
+
+def _sign_bits(v: Any) -> tuple[bool, ...]:
+    """The signs of a zero's parts (a float, or a complex number's real and imaginary)."""
+    if isinstance(v, (complex, np.complexfloating)):
+        return (bool(np.signbit(v.real)), bool(np.signbit(v.imag)))
+    try:
+        return (bool(np.signbit(v)),)
+    except TypeError:  # not a number (str, bytes): equal is equal
+        return ()
 
 
 def same_scalars(values: Sequence[Any], expected: Sequence[Any]) -> bool:
@@ -257,28 +266,35 @@ class Rule(Node):
 
 
 class Array(Node):
-    """A numpy array: exact type, shape, dtype and the digest of its contents."""
+    """A numpy array: the same shape, dtype and memory layout (BLAS results depend on
+    it), and the same contents (a digest). ``deep=False`` (the sweep after cells) skips
+    the digest.
 
-    __slots__ = ("digest", "dtype", "nbytes", "ref", "shape", "type")
+    Arrays the function reads from its globals, closures and objects must also be the
+    *same object*: a compiled replay holds them, so an equal copy bound in their place
+    could hide a later change of the old one. An argument's arrays need not be: the
+    tape keeps its own copy of what it read from arguments.
+    """
 
-    def __init__(self, label: str, arr: np.ndarray) -> None:
+    __slots__ = ("digest", "dtype", "ref", "shape", "strides", "type")
+
+    def __init__(self, label: str, arr: np.ndarray, identity: bool = True) -> None:
         super().__init__(label)
         self.type = type(arr)
         self.shape = arr.shape
         self.dtype = arr.dtype
-        self.nbytes = arr.nbytes
+        self.strides = arr.strides
         self.digest = array_digest(arr)
-        self.ref = Ref(arr)  # only to tell "changed in place" from "rebound"
+        self.ref = Ref(arr) if identity else None
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
-        if type(value) is not self.type:
+        if type(value) is not self.type or (self.ref is not None and value is not self.ref()):
             return self.fail(value)
         arr: np.ndarray = value
-        if arr.shape != self.shape or arr.dtype != self.dtype:
+        if arr.shape != self.shape or arr.dtype != self.dtype or arr.strides != self.strides:
             return Mismatch(self.label, ChangeKind.RESHAPED)
-        if (deep or self.nbytes <= CHEAP_DIGEST_BYTES) and array_digest(arr) != self.digest:
-            same = value is self.ref()
-            return Mismatch(self.label, ChangeKind.MUTATED if same else ChangeKind.REBOUND)
+        if deep and array_digest(arr) != self.digest:
+            return Mismatch(self.label, ChangeKind.MUTATED)
         return None
 
 
@@ -332,8 +348,7 @@ class Seq(Node):
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
         if type(value) is not self.type:
             return self.fail(value)
-        items = tuple.__iter__(value) if isinstance(value, tuple) else iter(value)
-        elems = tuple(items)
+        elems = tuple(_iterate(value))
         if len(elems) != len(self.items):
             return Mismatch(self.label, ChangeKind.MUTATED)
         for node, elem in zip(self.items, elems, strict=True):
@@ -365,10 +380,10 @@ class Map(Node):
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
         if type(value) is not self.type:
             return self.fail(value)
-        keys = tuple(dict.__iter__(value)) if isinstance(value, dict) else tuple(iter(value))
+        keys = tuple(_iterate(value))
         if not same_scalars(keys, self.keys):
             return Mismatch(self.label, ChangeKind.MUTATED)
-        get = dict.__getitem__ if isinstance(value, dict) else type(value).__getitem__
+        get = dict.__getitem__
         for key, node in zip(keys, self.values, strict=True):
             bad = node.check(get(value, key), deep)
             if bad is not None:
@@ -406,24 +421,25 @@ class Instance(Node):
     separate :class:`Class` node, however many instances of it a derivative reads.
     """
 
-    __slots__ = ("attrs", "cls", "dict_descr", "slots")
+    __slots__ = ("attrs", "cls", "dict_descr", "ref", "slots")
 
     def __init__(
         self,
         label: str,
-        cls: type,
+        obj: Any,
         dict_descr: Any,
         attrs: Node | None,
         slots: tuple[tuple[Any, Node], ...],
     ) -> None:
         super().__init__(label)
-        self.cls = Ref(cls)
+        self.cls = Ref(type(obj))
+        self.ref = _weak_or_none(obj)  # the same object, where it can be told weakly
         self.dict_descr = dict_descr
         self.attrs = attrs
         self.slots = slots
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
-        if type(value) is not self.cls():
+        if type(value) is not self.cls() or (self.ref is not None and value is not self.ref()):
             return self.fail(value)
         if self.attrs is not None:
             bad = self.attrs.check(self.dict_descr.__get__(value), deep)
@@ -438,6 +454,87 @@ class Instance(Node):
             if bad is not None:
                 return bad
         return None
+
+
+def _weak_or_none(obj: Any) -> Callable[[], Any] | None:
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return None
+
+
+_OD_ITER = collections.OrderedDict.__iter__
+
+
+def iterate(value: Any) -> Any:
+    return _iterate(value)
+
+
+def _iterate(value: Any) -> Any:
+    """Iterate a list, tuple, dict or deque (or a subclass) with the base type's own C
+    iteration: a subclass's ``__iter__`` is user code. An OrderedDict iterates in its
+    own order (``move_to_end`` changes it, not the dict's)."""
+    if isinstance(value, collections.OrderedDict):
+        return _OD_ITER(value)
+    if isinstance(value, dict):
+        return dict.__iter__(value)
+    if isinstance(value, tuple):
+        return tuple.__iter__(value)
+    if isinstance(value, list):
+        return list.__iter__(value)
+    return iter(value)  # a deque
+
+
+class AllOf(Node):
+    """Several views of one value: a dict subclass's items and its attributes, an
+    ndarray subclass's contents and its attributes."""
+
+    __slots__ = ("nodes",)
+
+    def __init__(self, label: str, nodes: tuple[Node, ...]) -> None:
+        super().__init__(label)
+        self.nodes = nodes
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        for node in self.nodes:
+            bad = node.check(value, deep)
+            if bad is not None:
+                return bad
+        return None
+
+
+class BoundBuiltin(Node):
+    """A builtin bound method (``params.get``): the same method of the same kind of object,
+    whose object is checked like any value."""
+
+    __slots__ = ("name", "owner")
+
+    def __init__(self, label: str, method: Any, owner: Node) -> None:
+        super().__init__(label)
+        self.name = method.__name__
+        self.owner = owner
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if type(value) is not BuiltinFunctionType or value.__name__ != self.name:
+            return self.fail(value)
+        return self.owner.check(value.__self__, deep)
+
+
+class WeakRefTo(Node):
+    """A ``weakref.ref``: its referent, checked like any value (dead: MISSING)."""
+
+    __slots__ = ("inner", "type")
+
+    def __init__(self, label: str, ref: Any, inner: Node) -> None:
+        super().__init__(label)
+        self.type = type(ref)
+        self.inner = inner
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if type(value) is not self.type:
+            return self.fail(value)
+        target = value()
+        return self.inner.check(MISSING if target is None else target, deep)
 
 
 class Class(Node):

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from types import CodeType, FrameType
+from types import BuiltinFunctionType, CodeType, FrameType
 from typing import Any
 
 from .code import is_user_code
@@ -37,7 +37,8 @@ class CallLog:
     """What one recorded run did.
 
     Every code object that is not a library's counts, generated code included (a
-    function ``exec``'d into a module object is as changeable as a cell's). ``calls`` maps (caller code or None, callee code) to the callee's globals; the
+    function ``exec``'d into a module object is as changeable as a cell's). ``calls``
+    maps (caller code or None, callee code) to the callee's globals; the
     caller is the nearest user frame, None when library code (autograd) called it.
     ``complete`` is False when no hook could be installed: the log then proves nothing.
     """
@@ -111,16 +112,14 @@ _DATETIME_NOW = {"now", "utcnow", "today", "fromtimestamp"}
 
 
 def effect_of(fn: Any) -> str | None:
-    """The effect of calling the C function ``fn``, if it is one a replay would skip."""
-    try:
-        found = _FUNCTIONS.get(fn)
-    except TypeError:  # unhashable callable
+    """The effect of calling the C function ``fn``, if it is one a replay would skip.
+    Anything but a builtin function or method is not looked at (no user code runs)."""
+    if type(fn) is not BuiltinFunctionType:
         return None
+    found = _FUNCTIONS.get(fn)
     if found is not None:
         return found
-    owner = getattr(fn, "__self__", None)
-    if owner is None or type(fn).__name__ != "builtin_function_or_method":
-        return None
+    owner = fn.__self__
     if isinstance(owner, random.Random):
         return "draws random numbers (random)"
     if isinstance(owner, io.IOBase) or type(owner).__module__ in ("_io", "io"):
@@ -133,7 +132,7 @@ def effect_of(fn: Any) -> str | None:
 _WARNINGS_FILE = os.path.normcase(getattr(sys.modules["warnings"], "__file__", "") or "")
 
 
-_IMPORTLIB_DIR = os.path.dirname(os.path.normcase(getattr(importlib, "__file__", "") or "")) + os.sep
+_IMPORTLIB_DIR = os.path.dirname(os.path.normcase(importlib.__file__ or "")) + os.sep
 
 
 def _machinery(code: CodeType) -> bool:

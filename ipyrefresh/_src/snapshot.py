@@ -19,11 +19,20 @@ import array
 import builtins
 import collections
 import functools
+import gc
 import random
 import sys
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from types import BuiltinFunctionType, CodeType, FunctionType, MethodType, ModuleType
+from types import (
+    BuiltinFunctionType,
+    CodeType,
+    FunctionType,
+    MappingProxyType,
+    MethodType,
+    ModuleType,
+)
 from typing import Any
 
 import numpy as np
@@ -33,10 +42,11 @@ from . import code as codefacts
 from .changes import ChangeKind
 from .digest import array_digest
 from .nodes import (
-    CHEAP_DIGEST_BYTES,
     MISSING,
     Absent,
+    AllOf,
     Array,
+    BoundBuiltin,
     Buffer,
     Cell,
     Class,
@@ -54,11 +64,14 @@ from .nodes import (
     ScalarSet,
     Seq,
     Unreadable,
+    WeakRefTo,
     Wrapped,
     is_key,
     is_scalar,
+    iterate,
     part,
 )
+from .targets import Target
 
 #: Most values one derivative's guard may hold; beyond, it runs plain autograd.
 MAX_NODES = 200_000
@@ -69,8 +82,18 @@ _RNG_TYPES: tuple[type, ...] = (
     np.random.BitGenerator,
     random.Random,
 )
-_SEQ_TYPES = (list, tuple, collections.deque)
-_MAP_TYPES = (dict, collections.OrderedDict, collections.defaultdict, collections.Counter)
+_PLAIN_CONTAINERS = frozenset(
+    {
+        np.ndarray,
+        list,
+        tuple,
+        dict,
+        collections.deque,
+        collections.OrderedDict,
+        collections.defaultdict,
+        collections.Counter,
+    }
+)
 _IDENTITY_TYPES: tuple[type, ...] = (
     BuiltinFunctionType,
     CodeType,
@@ -170,7 +193,6 @@ class Guard:
     #: (caller, callee) labels of calls visible in the code (for %callgraph)
     edges: dict[tuple[str, str], str] = field(default_factory=dict)
     size: int = 0
-    big_arrays: int = 0  # arrays above CHEAP_DIGEST_BYTES: checked at calls, not after cells
 
     def check_env(self, fn: Any, deep: bool = True) -> Mismatch | None:
         for reader, node in self.env:
@@ -227,6 +249,8 @@ class Walker:
         self._names: set[tuple[int, str]] = set()
         self._path: list[int] = []
         self._rngs: set[int] = set()
+        self._modules: set[int] = set()
+        self._in_argument = False  # walking an argument: arrays compared by contents
         #: Code objects whose function was walked (with their nested code).
         self.covered: set[CodeType] = set()
 
@@ -238,7 +262,11 @@ class Walker:
         self.env_root(TargetReader(), self.walk(fn, label))
 
     def argument(self, key: int | str, value: Any, label: str) -> None:
-        self.guard.args.append((ArgReader(key), self.walk(value, label)))
+        self._in_argument = True
+        try:
+            self.guard.args.append((ArgReader(key), self.walk(value, label)))
+        finally:
+            self._in_argument = False
 
     def global_name(self, globs: Mapping[str, Any], name: str, label: str) -> None:
         """A name loaded by user code from ``globs`` (falling back to the builtins)."""
@@ -305,9 +333,8 @@ class Walker:
         if t is FunctionType:
             return self.function(value, label)
         if t is MethodType:
-            return Method(
-                label, value, self.walk(value.__func__, label), self.walk(value.__self__, label)
-            )
+            func, owner = value.__func__, value.__self__
+            return Method(label, value, self.walk(func, label), self.walk(owner, label))
         if t is functools.partial:
             return Wrapped(label, value, self._parts(value, label, ("func", "args", "keywords")))
         if t is staticmethod or t is classmethod:
@@ -315,41 +342,81 @@ class Walker:
         if t is property:
             return Wrapped(label, value, self._parts(value, label, ("fget", "fset", "fdel")))
         if isinstance(value, ModuleType):
-            return Identity(label, value)
+            return self.module(value, label)
         if isinstance(value, type):
             return self.klass(value, label)
-        if isinstance(value, np.ndarray):
-            if value.dtype.hasobject:
-                return self._container(value, label, lambda: self._seq(list(value.flat), label))
-            self._count_array(value)
-            return Array(label, value)
-        if t is bytearray or t is array.array:
-            return Buffer(label, value)
         if isinstance(value, _RNG_TYPES):
             if id(value) not in self._rngs:
                 self._rngs.add(id(value))
                 self._keep.append(value)
                 self.guard.rngs.append((label, value))
             return Identity(label, value)
-        if t in _IDENTITY_TYPES or _is_ours(t):
+        if t is BuiltinFunctionType:
+            owner = value.__self__
+            if owner is None or isinstance(owner, ModuleType):
+                return Identity(label, value)
+            return BoundBuiltin(label, value, self.walk(owner, f"{label}.__self__"))
+        if t in _IDENTITY_TYPES:
             return Identity(label, value)
-        if id(value) in self._path:  # a cycle: the same object as an enclosing one
-            return Identity(label, value)
-        if t in _SEQ_TYPES or (issubclass(t, tuple) and _is_namedtuple(t)):
-            if issubclass(t, tuple) and t is not tuple:
-                self._class_root(t)
-            return self._container(value, label, lambda: self._seq(value, label))
-        if isinstance(value, dict) and (t in _MAP_TYPES or not _has_dict(t)):
-            return self._container(value, label, lambda: self._map(value, label))
-        if t is set or t is frozenset:
-            if all(is_key(v) for v in value):
-                return ScalarSet(label, value)
-            raise Unguardable(f"{label} is a set of objects")
-        if _is_iterator(t):
-            raise Unguardable(f"{label} is an iterator (reading it consumes it)")
+        if _is_ours(t):
+            return self._ours(value, label)
         if isinstance(value, Box):
             raise Unguardable(f"{label} is traced by another autograd computation")
-        return self._container(value, label, lambda: self.instance(value, label))
+        if id(value) in self._path:  # a cycle: the same object as an enclosing one
+            return Identity(label, value)
+        if t is weakref.ReferenceType:
+            target = value()
+            inner = self.walk(MISSING if target is None else target, label)
+            return WeakRefTo(label, value, inner)
+        if t is MappingProxyType:  # a read-only view: its mapping is what is read
+            return self._container(value, label, lambda: self._proxy(value, label))
+        return self._container(value, label, lambda: self._data(value, label))
+
+    def _data(self, value: Any, label: str) -> Node:
+        """Arrays, containers (and their subclasses, attributes included) and objects."""
+        t = type(value)
+        parts: list[Node] = []
+        if isinstance(value, np.ndarray):
+            if value.dtype.hasobject:
+                raise Unguardable(f"{label} is an array of Python objects")
+            parts.append(Array(label, value, identity=not self._in_argument))
+        elif t is bytearray or t is array.array:
+            return Buffer(label, value)
+        elif isinstance(value, (list, tuple, collections.deque)):
+            parts.append(self._seq(value, label))
+        elif isinstance(value, dict):
+            parts.append(self._map(value, label))
+        elif t is set or t is frozenset:
+            if not all(is_key(v) for v in value):
+                raise Unguardable(f"{label} is a set of objects")
+            return ScalarSet(label, value)
+        elif _is_iterator(t):
+            raise Unguardable(f"{label} is an iterator (reading it consumes it)")
+        if t not in _PLAIN_CONTAINERS:  # an object, or a subclass with attributes of its own
+            node = self.instance(value, label)
+            if node is not None:
+                parts.append(node)
+        if len(parts) == 1:
+            return parts[0]
+        return AllOf(label, tuple(parts))
+
+    def _proxy(self, proxy: Any, label: str) -> Node:
+        underlying = [r for r in gc.get_referents(proxy) if type(r) is dict]
+        if len(underlying) != 1:
+            raise Unguardable(f"{label} is a view of a mapping it cannot read safely")
+        return _ProxyOf(label, self._map(underlying[0], label))
+
+    def _ours(self, value: Any, label: str) -> Node:
+        """ipyrefresh's own objects: a derivative handle called inside the function
+        answers for its own target, so the target's code and data are read too."""
+        target = getattr(value, "target", None)
+        if isinstance(target, Target):
+            try:
+                fn = target.resolve()
+            except Exception:
+                fn = MISSING
+            self.env_root(_TargetOf(value), self.walk(fn, f"{label} (its function)"))
+        return Identity(label, value)
 
     def _container(self, value: Any, label: str, make: Callable[[], Node]) -> Node:
         self._path.append(id(value))
@@ -360,22 +427,20 @@ class Walker:
             self._path.pop()
 
     def _seq(self, value: Any, label: str) -> Node:
-        items = list(tuple.__iter__(value) if isinstance(value, tuple) else value)
-        if all(is_scalar(v) for v in items) and type(value) is not np.ndarray:
+        items = list(iterate(value))
+        if all(is_scalar(v) for v in items):
             self.guard.size += len(items)
             return ScalarSeq(label, value)
         nodes = tuple(self.walk(v, f"{label}[{i}]") for i, v in enumerate(items))
-        if type(value) is np.ndarray:
-            raise Unguardable(f"{label} is an array of Python objects")
         return Seq(label, value, nodes)
 
     def _map(self, value: Any, label: str) -> Node:
-        keys = tuple(dict.__iter__(value))
+        keys = tuple(iterate(value))
         if not all(is_key(k) for k in keys):
             raise Unguardable(f"{label} has keys that are not plain values")
         nodes = tuple(self.walk(dict.__getitem__(value, k), f"{label}[{k!r}]") for k in keys)
         default = None
-        if type(value) is collections.defaultdict:
+        if isinstance(value, collections.defaultdict):
             default = self.walk(value.default_factory, f"{label}.default_factory")
         return Map(label, value, keys, nodes, default)
 
@@ -383,10 +448,6 @@ class Walker:
         self, value: Any, label: str, names: tuple[str, ...]
     ) -> tuple[tuple[str, Node], ...]:
         return tuple((n, self.walk(part(value, n), label)) for n in names)
-
-    def _count_array(self, value: np.ndarray) -> None:
-        if value.nbytes > CHEAP_DIGEST_BYTES:
-            self.guard.big_arrays += 1
 
     # -- functions -----------------------------------------------------------------------
     def function(self, fn: FunctionType, label: str) -> Node:
@@ -438,10 +499,28 @@ class Walker:
         nodes = tuple(self.walk(mapping[k], name(k)) for k in keys)
         return Map(name(""), mapping, keys, nodes)
 
-    # -- classes and objects -----------------------------------------------------------
+    # -- modules, classes and objects --------------------------------------------------
+    def module(self, mod: ModuleType, label: str) -> Node:
+        """A module: the same object; and for the user's own modules (and module objects
+        made in a notebook), every binding in it, since code can reach them by computed
+        names (``getattr(cfg, name)``), through aliases or as arguments."""
+        ns = object.__getattribute__(mod, "__dict__")
+        if type(ns) is dict and id(mod) not in self._modules and _is_user_module(mod, ns):
+            self._modules.add(id(mod))
+            self._keep.append(mod)
+            name = ns.get("__name__")
+            prefix = name if type(name) is str else label
+            for key in list(ns):
+                if type(key) is str and not (key.startswith("__") and key.endswith("__")):
+                    self.global_name(ns, key, f"{prefix}.{key}")
+        return Identity(label, mod)
+
     def klass(self, cls: type, label: str) -> Node:
         if _is_user_class(cls):
             self._class_root(cls, label)
+        meta = type(cls)
+        if meta is not type and _is_user_class(meta):
+            self._class_root(meta)
         return Identity(label, cls, ChangeKind.REDEFINED)
 
     def _class_root(self, cls: type, label: str | None = None) -> None:
@@ -461,9 +540,15 @@ class Walker:
             dicts.append((c, _ClassDict(f"{cname}.__dict__", keys, nodes)))
         self.env_root(FixedReader(_weak(cls)), Class(label, cls, tuple(dicts)))
 
-    def instance(self, obj: Any, label: str) -> Node:
+    def instance(self, obj: Any, label: str) -> Node | None:
+        """An object's ``__dict__`` and ``__slots__`` (its class is a root of its own).
+        ``None`` for a container subclass with nothing beyond its items."""
         cls = type(obj)
-        self._class_root(cls) if _is_user_class(cls) else None
+        if _is_user_class(cls):
+            self._class_root(cls)
+        meta = type(cls)
+        if meta is not type and _is_user_class(meta):
+            self._class_root(meta)
         descr = _dict_descriptor(cls)
         attrs: Node | None = None
         if descr is not None:
@@ -478,9 +563,11 @@ class Walker:
                 content = MISSING
             slots.append((member, self.walk(content, f"{label}.{name}")))
         if attrs is None and not slots:
+            if isinstance(obj, (list, tuple, dict, collections.deque, np.ndarray)):
+                return None
             self.guard.notes.append(f"{label} ({_type_name(cls)}) is checked by identity only")
             return Identity(label, obj)
-        return Instance(label, cls, descr, attrs, tuple(slots))
+        return Instance(label, obj, descr, attrs, tuple(slots))
 
 
 class _ClassDict(Map):
@@ -543,23 +630,13 @@ def _is_user_class(cls: type) -> bool:
     if module == "__main__":
         return True
     mod = sys.modules.get(module) if type(module) is str else None
-    file = getattr(mod, "__file__", None) if mod is not None else None
+    file = mod.__dict__.get("__file__") if isinstance(mod, ModuleType) else None
     if type(file) is str:
-        return codefacts.is_user_code(_FakeCode(file))  # type: ignore[arg-type]
+        return codefacts.is_user_file(file)
     return any(
         type(v) is FunctionType and codefacts.is_user_frame(v.__code__, v.__globals__)
         for v in list(ns.values())
     )
-
-
-class _FakeCode:
-    """Enough of a code object for ``is_user_code`` to judge a file name."""
-
-    __slots__ = ("co_filename", "co_name", "co_qualname")
-
-    def __init__(self, filename: str) -> None:
-        self.co_filename = filename
-        self.co_name = self.co_qualname = "<module>"
 
 
 def _dict_descriptor(cls: type) -> Any:
@@ -579,12 +656,49 @@ def _slots(cls: type) -> list[tuple[str, Any]]:
     return found
 
 
-def _has_dict(t: type) -> bool:
-    return _dict_descriptor(t) is not None
+def _is_user_module(mod: ModuleType, ns: dict[str, Any]) -> bool:
+    """A module of the user's: from a file outside the libraries, or made in a notebook."""
+    file = ns.get("__file__")
+    if type(file) is str:
+        return codefacts.is_user_file(file)
+    name = ns.get("__name__")
+    return not (type(name) is str and name in sys.builtin_module_names)
 
 
-def _is_namedtuple(t: type) -> bool:
-    return "_fields" in type.__dict__["__dict__"].__get__(t)
+class _TargetOf(Reader):
+    """The function a derivative handle differentiates now (a handle read by a function)."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = weakref.ref(handle)
+
+    def read(self, fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        handle = self.handle()
+        if handle is None:
+            return MISSING
+        try:
+            return handle.target.resolve()
+        except Exception:
+            return MISSING
+
+
+class _ProxyOf(Node):
+    """A ``mappingproxy``: the dict it shows, checked as a dict."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self, label: str, inner: Node) -> None:
+        super().__init__(label)
+        self.inner = inner
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if type(value) is not MappingProxyType:
+            return self.fail(value)
+        underlying = [r for r in gc.get_referents(value) if type(r) is dict]
+        if len(underlying) != 1:
+            return self.fail(value)
+        return self.inner.check(underlying[0], deep)
 
 
 def _is_iterator(t: type) -> bool:

@@ -67,6 +67,7 @@ class FixedTarget(Target):
     def __init__(self, obj: Any, label: str) -> None:
         self.key = TargetKey("object", id(obj))
         self.label = label
+        self.holders = 0  # live handles on this target (the engine drops its entries at 0)
         self._callbacks: list[Callable[[TargetKey], None]] = []
         try:
             self._ref: Callable[[], Any] = weakref.ref(obj, self._died)
@@ -114,8 +115,7 @@ def target_for(fun: Any, frame: FrameType | None) -> Target:
     if frame is not None:
         path = passed_expression(frame)
         if path is not None:
-            local = frame.f_locals is not frame.f_globals and path[0] in frame.f_locals
-            target = None if local else _follow(frame.f_globals, path, fun)
+            target = None if _is_local(frame, path[0]) else _follow(frame.f_globals, path, fun)
             if target is not None:
                 return target
         target = _by_identity(frame, fun)
@@ -146,10 +146,22 @@ def _follow(ns: dict[str, Any], path: tuple[str, ...], fun: Any) -> Target | Non
     return target if same_callable(current, fun) else None
 
 
+def _is_local(frame: FrameType, name: str) -> bool:
+    """``name`` is a local variable of the frame's function (read from the code object:
+    touching ``frame.f_locals`` would keep a snapshot of every local alive until 3.13)."""
+    code = frame.f_code
+    if not code.co_flags & _CO_OPTIMIZED:  # module level (or a class body): not local
+        return code.co_name != "<module>"
+    return name in code.co_varnames or name in code.co_cellvars or name in code.co_freevars
+
+
+_CO_OPTIMIZED = 0x1
+
+
 def _by_identity(frame: FrameType, fun: Any) -> Target | None:
     """No source to read (``exec``'d code): a global name bound to ``fun``, if unique."""
     ns = frame.f_globals
-    if frame.f_locals is not ns:
+    if frame.f_code.co_flags & _CO_OPTIMIZED or frame.f_code.co_name != "<module>":
         return None
     if type(fun) is FunctionType and dict.get(ns, fun.__name__, MISSING) is fun:
         return NameTarget(ns, fun.__name__)
@@ -178,9 +190,22 @@ def passed_expression(frame: FrameType) -> tuple[str, ...] | None:
     while isinstance(arg, ast.Attribute):
         parts.append(arg.attr)
         arg = arg.value
-    if not isinstance(arg, ast.Name):
+    if not isinstance(arg, ast.Name) or _loop_variable(node, arg.id):
         return None
     return (arg.id, *reversed(parts))
+
+
+def _loop_variable(node: ast.AST, name: str) -> bool:
+    """``for fn in fs: hs.append(grad(fn))``: each handle means its own function, not
+    whatever the loop variable is bound to later."""
+    parent = getattr(node, "parent", None)
+    while parent is not None:
+        if isinstance(parent, (ast.For, ast.AsyncFor, ast.comprehension)):
+            targets = [n.id for n in ast.walk(parent.target) if isinstance(n, ast.Name)]
+            if name in targets:
+                return True
+        parent = getattr(parent, "parent", None)
+    return False
 
 
 def caller_frame(depth: int) -> FrameType | None:

@@ -85,7 +85,7 @@ class Extension:
             return
         try:
             if self.engine.sweep(deep=False, detection=Detection.AFTER_CELL):
-                self.engine.refresh()
+                self.engine.refresh(eager=True)
         except Exception as exc:  # the user's cell already ran; never turn it into an error
             self.engine.internal_error("rebuilding after a cell (eager mode)", exc)
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -53,17 +54,12 @@ class IPyRefreshMagics(Magics):
     @line_magic
     def grad(self, line: str) -> Any:
         """Differentiate a call with the current code: ``%grad [options] f(args)``."""
-        options, expr = split_options(line)
-        opts = _parse(self.grad, options, "grad")
         try:
-            if not expr:
-                raise GradLineError("nothing to differentiate: %grad [options] f(args)")
-            argnum = parse_argnum(opts.argnum)
-            backend = _backend(opts.backend)
+            request = parse_grad_line(line)
+            transform, argnum, backend = request.transform, request.argnum, request.backend
             assert self.shell is not None
-            call = parse_call(expr, self.shell.user_ns)
+            call = parse_call(request.expr, self.shell.user_ns)
             check_inputs(call, argnum)
-            transform = Transform(opts.transform or "grad")
             try:
                 target = target_in(self.shell.user_ns, call.name, call.fn)
                 handle = Derivative(transform, call.fn, argnum, backend, target=target)
@@ -77,7 +73,7 @@ class IPyRefreshMagics(Magics):
                 raise GradLineError(explain_failure(exc, call, transform.value)) from None
         except GradLineError as exc:
             raise UsageError(f"%grad: {exc}") from None
-        if opts.verbose:
+        if request.verbose:
             for entry in handle.entries:
                 runs = ", ".join(v.describe() for v in entry.variants) or "nothing cached"
                 print(f"{entry.name} [{entry.key.backend}]: {entry.last_event}; runs {runs}")
@@ -125,6 +121,32 @@ class IPyRefreshMagics(Magics):
             run(self.shell, self.engine, opts.name, form)
         except CallgraphError as exc:
             raise UsageError(f"%callgraph: {exc}") from None
+
+
+@dataclass(frozen=True)
+class GradRequest:
+    """A parsed ``%grad`` line: options, and the call expression verbatim."""
+
+    transform: Transform
+    argnum: int | tuple[int, ...]
+    backend: str | None
+    verbose: bool
+    expr: str
+
+
+def parse_grad_line(line: str) -> GradRequest:
+    """Parse a ``%grad`` line (``UsageError`` for bad options, ``GradLineError`` else)."""
+    options, expr = split_options(line)
+    opts = _parse(IPyRefreshMagics.grad, options, "grad")
+    if not expr:
+        raise GradLineError("nothing to differentiate: %grad [options] f(args)")
+    return GradRequest(
+        Transform(opts.transform or "grad"),
+        parse_argnum(opts.argnum),
+        _backend(opts.backend),
+        bool(opts.verbose),
+        expr,
+    )
 
 
 def _backend(name: str | None) -> str | None:

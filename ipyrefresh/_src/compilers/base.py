@@ -13,24 +13,14 @@ run had effects a replay would skip or read something no guard can watch.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..keys import Argnum, Transform
 from ..snapshot import Guard
 
-Argnum = int | tuple[int, ...]
-
-
-class Transform(enum.Enum):
-    """The derivative a handle computes (autograd's names)."""
-
-    GRAD = "grad"
-    VALUE_AND_GRAD = "value_and_grad"
-    ELEMENTWISE_GRAD = "elementwise_grad"
-    JACOBIAN = "jacobian"
-    HESSIAN = "hessian"
+__all__ = ["Argnum", "Compiler", "Miss", "PythonVariant", "Request", "Traced", "Transform"]
 
 
 @dataclass(frozen=True)

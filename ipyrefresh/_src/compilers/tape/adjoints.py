@@ -38,11 +38,14 @@ class Names(Protocol):
 
 
 def is_autograds_rule(prim: Any) -> bool:
-    """The VJP registered for ``prim`` is the one autograd defines (not a user's)."""
+    """The VJP registered for ``prim`` is the one autograd's numpy_vjps defines.
+
+    ``defvjp`` wraps the VJP functions it is given in a closure of ``autograd.core``;
+    the functions inside must be numpy_vjps' own (``defvjp(anp.sin, None)`` puts
+    autograd.core's zero VJP there, a user's rule their own function).
+    """
     maker = primitive_vjps.get(prim)
-    if maker is None:
-        return False
-    if not _from_autograd(maker):
+    if maker is None or getattr(maker, "__module__", None) != "autograd.core":
         return False
     for cell in maker.__closure__ or ():
         try:
@@ -50,16 +53,15 @@ def is_autograds_rule(prim: Any) -> bool:
         except ValueError:
             continue
         if type(content) is dict:
-            if not all(_from_autograd(f) for f in content.values()):
+            if not all(_from_numpy_vjps(f) for f in content.values()):
                 return False
-        elif callable(content) and content is not prim and not _from_autograd(content):
+        elif callable(content) and content is not prim and not _from_numpy_vjps(content):
             return False
     return True
 
 
-def _from_autograd(f: Any) -> bool:
-    module = getattr(f, "__module__", None)
-    return type(module) is str and (module == "autograd" or module.startswith("autograd."))
+def _from_numpy_vjps(f: Any) -> bool:
+    return getattr(f, "__module__", None) == numpy_vjps.__name__
 
 
 def _is_real(v: Any) -> bool:

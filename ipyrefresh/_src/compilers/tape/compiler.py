@@ -88,6 +88,7 @@ class TapeCompiler:
             return Traced(reference(fn, request, args, kwargs), unsupported=broken)
         tape = Tape()
         result = transform(request.transform, tape)(fn, request.argnum)(*args, **kwargs)
+        tape.own_argument_arrays(args, kwargs)
         prims = [op.fun for op in tape.ops]
         prims += [e.fun for e in tape.events if type(e) is OpGuard]
 

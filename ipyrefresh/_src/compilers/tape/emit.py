@@ -18,6 +18,7 @@ The generated function takes ``(args, kwargs)`` and returns the answer, or a
 
 from __future__ import annotations
 
+import copy
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -206,8 +207,16 @@ class Emitter:
         name = self._consts.get(id(value))
         if name is None:
             name = self._consts[id(value)] = f"K{len(self._consts)}"
-            self.ns[name] = value
             self._keep.append(value)  # keeps ids unique while compiling
+            # The tape owns its lists and dicts, and what it read from arguments: the user
+            # may rebind a name (or pass) an equal copy, which the guard accepts, and then
+            # change the old object.
+            owned = self.tape.owned.get(id(value))
+            if owned is not None:
+                value = owned
+            elif t in (list, dict, set):
+                value = copy.deepcopy(value)
+            self.ns[name] = value
         return name
 
     def arg(self, op: Any, pos: int) -> str:

@@ -85,6 +85,28 @@ class Tape:
     events: list[Event] = field(default_factory=list)
     output: int = -1
     unsupported: str = ""
+    #: id of a constant array -> the tape's own copy (arrays sharing memory with an
+    #: argument: the caller may change the argument after the call).
+    owned: dict[int, Any] = field(default_factory=dict)
+
+    def own_argument_arrays(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Copy, as they are now, the constants that are (views of) argument arrays."""
+        roots = {id(a) for a in _arrays_in((*args, *kwargs.values()))}
+        if not roots:
+            return
+        for e in self.events:
+            if type(e) is BoolGuard:
+                continue
+            boxed = set(e.argnums)
+            for pos, a in enumerate(e.args):
+                if pos in boxed or type(a) is not np.ndarray or id(a) in self.owned:
+                    continue
+                base = a
+                while isinstance(base, np.ndarray):
+                    if id(base) in roots:
+                        self.owned[id(a)] = a.copy(order="K")
+                        break
+                    base = base.base
 
     def add(self, value: Any) -> int:
         self.values.append(value)
@@ -97,6 +119,18 @@ class Tape:
     @property
     def ops(self) -> list[Op]:
         return [e for e in self.events if type(e) is Op]
+
+
+def _arrays_in(values: Any, depth: int = 0) -> list[Any]:
+    found = []
+    for v in values:
+        if type(v) is np.ndarray:
+            found.append(v)
+        elif type(v) in (list, tuple) and depth < 4:
+            found += _arrays_in(v, depth + 1)
+        elif type(v) is dict and depth < 4:
+            found += _arrays_in(v.values(), depth + 1)
+    return found
 
 
 class TapeNode(VJPNode):

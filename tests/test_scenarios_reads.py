@@ -1,0 +1,1232 @@
+"""Adversarial scenarios: what a derivative *reads*, changed between calls.
+
+Each case is a notebook: a setup cell that defines the code, the data and a handle; the
+handle is called twice (first call builds, second replays) and compared with a fresh
+autograd computation; then a change cell edits something the function reads; then the
+handle is called twice again. Every case runs with and without ``%load_ext ipyrefresh``,
+and once more checking that ``ipyrefresh.status()`` does not call a changed entry fresh.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from .conftest import Shell
+from .scenario_helpers import (
+    PRELUDE,
+    check,
+    modules,  # noqa: F401  (fixture)
+    states,
+    status_then_call,
+)
+
+
+@dataclass
+class Case:
+    id: str
+    setup: str
+    change: str
+    call: str = "dh(x)"
+    oracle: str = "autograd.grad(f)(x)"
+    handle: str = "dh"
+    mods: dict[str, str] = field(default_factory=dict)
+    again: str | None = None  # a second change (default: the same edit once more)
+
+
+def C(id: str, setup: str, change: str, **kw: object) -> Case:
+    return Case(id, textwrap.dedent(setup), textwrap.dedent(change), **kw)  # type: ignore[arg-type]
+
+
+MODEL = """
+class Model:
+    scale = 2.0
+    def __init__(self):
+        self.w = 1.5
+    def loss(self, x):
+        return self.scale * self.w * np.sum(np.sin(x) * x)
+model = Model()
+x = np.array([0.3, -0.7, 1.1])
+dh = grad(model.loss)
+"""
+MODEL_ORACLE = "autograd.grad(model.loss)(x)"
+
+CASES = [
+    # -- bound methods, classes, instances ------------------------------------------------
+    C("bound_method_instance_attr", MODEL, "model.w = 5.0", oracle=MODEL_ORACLE),
+    C("bound_method_model_rebound", MODEL, "model = Model(); model.w = 7.0", oracle=MODEL_ORACLE),
+    C("class_attr_through_instance", MODEL, "Model.scale = 3.0", oracle=MODEL_ORACLE),
+    C("instance_attr_shadows_class_attr", MODEL, "model.scale = 4.0", oracle=MODEL_ORACLE),
+    C(
+        "instance_attr_deleted_falls_back_to_class",
+        MODEL + "model.scale = 9.0\n",
+        "del model.scale",
+        oracle=MODEL_ORACLE,
+        again="model.scale = 11.0",
+    ),
+    C(
+        "property_replaced_on_class",
+        MODEL,
+        "Model.scale = property(lambda self: 6.0)",
+        oracle=MODEL_ORACLE,
+    ),
+    C(
+        "method_replaced_on_class",
+        MODEL,
+        "Model.loss = lambda self, x: np.sum(np.cos(x)) * self.w",
+        oracle=MODEL_ORACLE,
+    ),
+    C(
+        "method_monkeypatched_on_instance",
+        MODEL,
+        "import types\nmodel.loss = types.MethodType(lambda self, x: np.sum(x ** 3), model)",
+        oracle=MODEL_ORACLE,
+    ),
+    C(
+        "instance_class_swapped",
+        MODEL + "class Other(Model):\n    scale = -1.0\n",
+        "model.__class__ = Other",
+        oracle=MODEL_ORACLE,
+    ),
+    C(
+        "property_reads_global",
+        """
+        S = 2.0
+        class M:
+            @property
+            def scale(self):
+                return S * 1.5
+            def loss(self, x):
+                return self.scale * np.sum(x ** 2)
+        m = M()
+        x = np.array([1.0, 2.0])
+        dh = grad(m.loss)
+        """,
+        "S = 3.0",
+        oracle="autograd.grad(m.loss)(x)",
+    ),
+    C(
+        "subclass_override_added_later",
+        """
+        class Base:
+            def act(self, x):
+                return np.tanh(x)
+            def loss(self, x):
+                return np.sum(self.act(x) ** 2)
+        class Sub(Base):
+            pass
+        m = Sub()
+        x = np.array([0.2, -0.4])
+        dh = grad(m.loss)
+        """,
+        "Sub.act = lambda self, x: np.sin(x)",
+        oracle="autograd.grad(m.loss)(x)",
+    ),
+    C(
+        "base_class_method_edited",
+        """
+        class Base:
+            def act(self, x):
+                return np.tanh(x)
+        class Sub(Base):
+            def loss(self, x):
+                return np.sum(self.act(x) ** 2)
+        m = Sub()
+        x = np.array([0.2, -0.4])
+        dh = grad(m.loss)
+        """,
+        "def _act(self, x):\n    return np.exp(x)\nBase.act = _act",
+        oracle="autograd.grad(m.loss)(x)",
+    ),
+    C(
+        "class_attr_array_in_place",
+        """
+        class Layer:
+            W = np.ones(3)
+            def __call__(self, x):
+                return np.sum(self.W * x ** 2)
+        layer = Layer()
+        def f(x):
+            return layer(x)
+        x = np.array([1.0, 2.0, 3.0])
+        dh = grad(f)
+        """,
+        "Layer.W[1] = -4.0",
+    ),
+    C(
+        "slots_attribute",
+        """
+        class P:
+            __slots__ = ("w", "b")
+            def __init__(self):
+                self.w, self.b = 2.0, np.zeros(2)
+        p = P()
+        def f(x):
+            return p.w * np.sum(x ** 2) + np.sum(p.b * x)
+        x = np.array([1.0, -1.0])
+        dh = grad(f)
+        """,
+        "p.w = 3.0",
+    ),
+    C(
+        "slots_array_in_place",
+        """
+        class P:
+            __slots__ = ("w", "b")
+            def __init__(self):
+                self.w, self.b = 2.0, np.zeros(2)
+        p = P()
+        def f(x):
+            return p.w * np.sum(x ** 2) + np.sum(p.b * x)
+        x = np.array([1.0, -1.0])
+        dh = grad(f)
+        """,
+        "p.b[1] = 5.0",
+    ),
+    C(
+        "dataclass_slots_field",
+        """
+        from dataclasses import dataclass
+        @dataclass(slots=True)
+        class Cfg:
+            w: float
+            b: object
+        cfg = Cfg(2.0, np.ones(2))
+        def f(x):
+            return cfg.w * np.sum(cfg.b * x ** 2)
+        x = np.array([0.5, 1.5])
+        dh = grad(f)
+        """,
+        "cfg.w = -1.0",
+    ),
+    C(
+        "dataclass_slots_array_in_place",
+        """
+        from dataclasses import dataclass
+        @dataclass(slots=True)
+        class Cfg:
+            w: float
+            b: object
+        cfg = Cfg(2.0, np.ones(2))
+        def f(x):
+            return cfg.w * np.sum(cfg.b * x ** 2)
+        x = np.array([0.5, 1.5])
+        dh = grad(f)
+        """,
+        "cfg.b[0] = 4.0",
+    ),
+    C(
+        "frozen_dataclass_replaced",
+        """
+        import dataclasses
+        @dataclasses.dataclass(frozen=True)
+        class Hyper:
+            lam: float = 0.1
+        hp = Hyper()
+        def f(x):
+            return np.sum(x ** 2) * hp.lam
+        x = np.array([1.0, 2.0])
+        dh = grad(f)
+        """,
+        "hp = dataclasses.replace(hp, lam=0.5)",
+    ),
+    C(
+        "simple_namespace",
+        """
+        from types import SimpleNamespace
+        opts = SimpleNamespace(s=2.0, w=np.ones(2))
+        def f(x):
+            return opts.s * np.sum(opts.w * x)
+        x = np.array([1.0, 2.0])
+        dh = grad(f)
+        """,
+        "opts.w[0] = 3.0",
+    ),
+    C(
+        "object_with_70_attributes",
+        """
+        class Big:
+            pass
+        obj = Big()
+        for i in range(70):
+            setattr(obj, f"a{i}", float(i))
+        def f(x):
+            return obj.a69 * x ** 2 + obj.a3 * x
+        x = 1.5
+        dh = grad(f)
+        """,
+        "obj.a69 = -2.0",
+    ),
+    # -- functions: attributes, defaults, closures, callees ------------------------------
+    C(
+        "function_attribute",
+        """
+        def f(x):
+            return f.scale * np.sin(x)
+        f.scale = 2.0
+        x = 0.4
+        dh = grad(f)
+        """,
+        "f.scale = 3.0",
+    ),
+    C(
+        "helper_function_attribute",
+        """
+        def helper(x):
+            return helper.k * x ** 2
+        helper.k = 1.0
+        def f(x):
+            return helper(x) + x
+        x = 0.4
+        dh = grad(f)
+        """,
+        "helper.k = 10.0",
+    ),
+    C(
+        "mutable_default_dict_in_place",
+        """
+        OPTS = {"s": 2.0}
+        def f(x, opts=OPTS):
+            return opts["s"] * np.sum(x ** 2)
+        x = np.array([1.0, 3.0])
+        dh = grad(f)
+        """,
+        "OPTS['s'] = 5.0",
+    ),
+    C(
+        "mutable_default_array_in_place",
+        """
+        W0 = np.array([1.0, 2.0])
+        def f(x, w=W0):
+            return np.sum(w * x ** 2)
+        x = np.array([1.0, 3.0])
+        dh = grad(f)
+        """,
+        "W0[0] = -3.0",
+    ),
+    C(
+        "mutable_default_list_through_defaults",
+        """
+        def f(x, coeffs=[1.0, 2.0]):
+            return coeffs[0] * x + coeffs[1] * x ** 2
+        x = 0.5
+        dh = grad(f)
+        """,
+        "f.__defaults__[0].append(3.0); f.__defaults__[0][1] = 7.0",
+    ),
+    C(
+        "keyword_only_default_in_place",
+        """
+        S0 = np.array([2.0])
+        def f(x, *, s=S0):
+            return s[0] * x ** 3
+        x = 0.5
+        dh = grad(f)
+        """,
+        "S0[0] = 0.25",
+    ),
+    C(
+        "closure_over_list_in_place",
+        """
+        def make(coeffs):
+            def f(x):
+                return coeffs[0] * np.sin(x) + coeffs[1] * x
+            return f
+        cs = [1.0, 2.0]
+        f = make(cs)
+        x = 0.3
+        dh = grad(f)
+        """,
+        "cs[0] = 4.0",
+    ),
+    C(
+        "closure_cell_rebound",
+        """
+        def make():
+            a = 1.0
+            def f(x):
+                return a * x ** 2
+            def set_a(v):
+                nonlocal a
+                a = v
+            return f, set_a
+        f, set_a = make()
+        x = 0.3
+        dh = grad(f)
+        """,
+        "set_a(5.0)",
+    ),
+    C(
+        "callee_redefined",
+        """
+        def g(x):
+            return np.sin(x)
+        def f(x):
+            return 2.0 * g(x)
+        x = 0.3
+        dh = grad(f)
+        """,
+        "def g(x):\n    return np.cos(x) * x",
+    ),
+    C(
+        "callee_picked_from_list_by_index",
+        """
+        def g1(x):
+            return x ** 2
+        def g2(x):
+            return np.exp(x)
+        fs = [g1, g2]
+        k = 0
+        def f(x):
+            return fs[k](x)
+        x = 0.3
+        dh = grad(f)
+        """,
+        "k = 1",
+    ),
+    C(
+        "activation_dict_item_replaced",
+        """
+        acts = {"act": np.tanh}
+        def f(x):
+            return np.sum(acts["act"](x))
+        x = np.array([0.1, 0.2])
+        dh = grad(f)
+        """,
+        "acts['act'] = np.sin",
+    ),
+    C(
+        "partial_global_rebound",
+        """
+        from functools import partial
+        def g(x, s):
+            return s * x ** 2
+        pg = partial(g, s=2.0)
+        def f(x):
+            return pg(x)
+        x = 0.7
+        dh = grad(f)
+        """,
+        "pg = partial(g, s=3.0)",
+    ),
+    C(
+        "builtin_shadowed_later",
+        """
+        def f(x):
+            return abs(x) * 2.0
+        x = -1.5
+        dh = grad(f)
+        """,
+        "abs = lambda v: v * v",
+    ),
+    C(
+        "sum_shadowed_by_np_sum",
+        """
+        def f(x):
+            return sum(x * x)
+        x = np.array([1.0, 2.0, 3.0])
+        dh = grad(f)
+        """,
+        "sum = lambda v: np.sum(v) * 3.0",
+    ),
+    # -- globals and modules -------------------------------------------------------------
+    C(
+        "globals_subscript",
+        """
+        a = 2.0
+        def f(x):
+            return globals()['a'] * x ** 2
+        x = 1.5
+        dh = grad(f)
+        """,
+        "a = 3.0",
+    ),
+    C(
+        "globals_get_computed",
+        """
+        a = 2.0
+        name = 'a'
+        def f(x):
+            return globals().get(name, 1.0) * x ** 2
+        x = 1.5
+        dh = grad(f)
+        """,
+        "a = 3.0",
+    ),
+    C(
+        "string_flag_global",
+        """
+        mode = "sin"
+        def f(x):
+            return np.sin(x) if mode == "sin" else np.cos(x)
+        x = 0.5
+        dh = grad(f)
+        """,
+        "mode = 'cos'",
+    ),
+    C(
+        "none_to_value_global",
+        """
+        reg = None
+        def f(x):
+            out = np.sum(x ** 2)
+            if reg is not None:
+                out = out + reg * np.sum(x)
+            return out
+        x = np.array([1.0, 2.0])
+        dh = grad(f)
+        """,
+        "reg = 0.5",
+    ),
+    C(
+        "numpy_scalar_global",
+        """
+        s = onp.float32(2.0)
+        def f(x):
+            return np.sum(x * s)
+        x = np.array([1.0, 2.0], dtype=np.float32)
+        dh = grad(f)
+        """,
+        "s = onp.float32(3.0)",
+    ),
+    C(
+        "zero_d_array_in_place",
+        """
+        s = np.array(2.0)
+        def f(x):
+            return np.sum(x * s)
+        x = np.array([1.0, 2.0])
+        dh = grad(f)
+        """,
+        "s[...] = 3.0",
+    ),
+    C(
+        "module_attribute_chain",
+        """
+        import cfg_chain
+        def f(x):
+            return cfg_chain.SCALE * np.sin(x)
+        x = 0.5
+        dh = grad(f)
+        """,
+        "cfg_chain.SCALE = 3.0",
+        mods={"cfg_chain": "SCALE = 2.0\n"},
+    ),
+    C(
+        "module_import_inside_function",
+        """
+        def f(x):
+            import cfg_inner
+            return cfg_inner.SCALE * np.sin(x)
+        x = 0.5
+        dh = grad(f)
+        """,
+        "import cfg_inner; cfg_inner.SCALE = 3.0",
+        mods={"cfg_inner": "SCALE = 2.0\n"},
+    ),
+    C(
+        "module_from_import_inside_function",
+        """
+        def f(x):
+            from cfg_from import helper
+            return helper(x)
+        x = 0.5
+        dh = grad(f)
+        """,
+        "import cfg_from; cfg_from.K = 5.0",
+        mods={"cfg_from": "K = 2.0\ndef helper(x):\n    return K * x ** 2\n"},
+    ),
+    C(
+        "module_array_in_place",
+        """
+        import cfg_arr
+        def f(x):
+            return np.sum(cfg_arr.W * x)
+        x = np.array([1.0, 2.0])
+        dh = grad(f)
+        """,
+        "cfg_arr.W[0] = 9.0",
+        mods={"cfg_arr": "import numpy\nW = numpy.array([1.0, 1.0])\n"},
+    ),
+    C(
+        "module_attribute_via_getattr",
+        """
+        import cfg_getattr
+        def f(x):
+            return getattr(cfg_getattr, 'SCALE') * x ** 2
+        x = 0.5
+        dh = grad(f)
+        """,
+        "cfg_getattr.SCALE = 3.0",
+        mods={"cfg_getattr": "SCALE = 2.0\n"},
+    ),
+    C(
+        "module_passed_as_argument",
+        """
+        import cfg_arg
+        def f(x, cfg):
+            return cfg.SCALE * x ** 2
+        x = 0.5
+        dh = grad(f)
+        """,
+        "cfg_arg.SCALE = 3.0",
+        call="dh(x, cfg_arg)",
+        oracle="autograd.grad(f)(x, cfg_arg)",
+        mods={"cfg_arg": "SCALE = 2.0\n"},
+    ),
+    C(
+        "module_as_default_argument",
+        """
+        import cfg_default
+        def f(x, cfg=cfg_default):
+            return cfg.SCALE * x ** 2
+        x = 0.5
+        dh = grad(f)
+        """,
+        "cfg_default.SCALE = 3.0",
+        mods={"cfg_default": "SCALE = 2.0\n"},
+    ),
+    C(
+        "module_through_local_alias",
+        """
+        import cfg_alias
+        def f(x):
+            c = cfg_alias
+            return c.SCALE * x ** 2
+        x = 0.5
+        dh = grad(f)
+        """,
+        "cfg_alias.SCALE = 3.0",
+        mods={"cfg_alias": "SCALE = 2.0\n"},
+    ),
+    C(
+        "environment_variable",
+        """
+        import os
+        os.environ["IPYREFRESH_TEST_SCALE"] = "2.0"
+        def f(x):
+            return float(os.environ["IPYREFRESH_TEST_SCALE"]) * x ** 2
+        x = 0.5
+        dh = grad(f)
+        """,
+        "os.environ['IPYREFRESH_TEST_SCALE'] = '3.0'",
+    ),
+    C(
+        "negative_zero_global",
+        """
+        z = 0.0
+        def f(x):
+            return x * np.arctan2(z, -1.0)
+        x = 1.0
+        dh = grad(f)
+        """,
+        "z = -0.0",
+    ),
+    C(
+        "rebound_to_equal_copy_then_old_mutated",
+        """
+        raw = np.array([1.0, 2.0, 3.0])
+        data = raw              # forgot to copy
+        def f(w):
+            return np.sum((w * data - 1.0) ** 2)
+        x = np.array([0.5, 0.5, 0.5])
+        dh = grad(f)
+        """,
+        "data = raw.copy()      # keep the raw values...\n"
+        "raw -= raw.mean()       # ...then centre raw in place",
+    ),
+    C(
+        "rebound_to_fortran_order_copy",
+        """
+        rs = onp.random.RandomState(3)
+        W = rs.randn(64, 64)
+        def f(x):
+            return np.sum(np.dot(W, x))
+        x = rs.randn(64)
+        dh = grad(f)
+        """,
+        "W = np.asfortranarray(W)",
+    ),
+    # -- containers ----------------------------------------------------------------------
+    C(
+        "nested_param_dict_element",
+        """
+        params = {"l1": {"w": np.ones(3), "b": 0.5}, "l2": {"w": np.ones(3)}}
+        def f(x):
+            h = np.tanh(params["l1"]["w"] * x + params["l1"]["b"])
+            return np.sum(params["l2"]["w"] * h)
+        x = np.array([0.1, 0.2, 0.3])
+        dh = grad(f)
+        """,
+        "params['l1']['w'][0] = -2.0",
+    ),
+    C(
+        "nested_param_dict_scalar",
+        """
+        params = {"l1": {"w": np.ones(3), "b": 0.5}}
+        def f(x):
+            return np.sum(np.tanh(params["l1"]["w"] * x + params["l1"]["b"]))
+        x = np.array([0.1, 0.2, 0.3])
+        dh = grad(f)
+        """,
+        "params['l1']['b'] = -1.0",
+    ),
+    C(
+        "nested_param_dict_new_key",
+        """
+        params = {"l1": {"w": np.ones(3)}}
+        def f(x):
+            out = 0.0
+            for layer in params.values():
+                out = out + np.sum(layer["w"] * x ** 2)
+            return out
+        x = np.array([0.1, 0.2, 0.3])
+        dh = grad(f)
+        """,
+        "params['l2'] = {'w': np.full(3, 2.0)}",
+    ),
+    C(
+        "list_of_arrays_in_place",
+        """
+        Ws = [np.ones(2), np.ones(2)]
+        def f(x):
+            for W in Ws:
+                x = np.tanh(W * x)
+            return np.sum(x)
+        x = np.array([0.3, -0.3])
+        dh = grad(f)
+        """,
+        "Ws[1] *= 3.0",
+    ),
+    C(
+        "list_of_arrays_appended",
+        """
+        Ws = [np.ones(2), np.ones(2)]
+        def f(x):
+            for W in Ws:
+                x = np.tanh(W * x)
+            return np.sum(x)
+        x = np.array([0.3, -0.3])
+        dh = grad(f)
+        """,
+        "Ws.append(np.full(2, 0.5))",
+    ),
+    C(
+        "tuple_of_arrays_in_place",
+        """
+        T = (np.ones(2), np.arange(2.0))
+        def f(x):
+            return np.sum(T[0] * x ** 2 + T[1] * x)
+        x = np.array([0.3, -0.3])
+        dh = grad(f)
+        """,
+        "T[0][:] = 4.0",
+    ),
+    C(
+        "namedtuple_field_in_place",
+        """
+        from collections import namedtuple
+        Params = namedtuple("Params", "w b")
+        p = Params(np.ones(2), np.zeros(2))
+        def f(x):
+            return np.sum(p.w * x ** 2 + p.b * x)
+        x = np.array([0.3, -0.3])
+        dh = grad(f)
+        """,
+        "p.w[1] = 3.0",
+    ),
+    C(
+        "namedtuple_replaced",
+        """
+        from collections import namedtuple
+        Params = namedtuple("Params", "w b")
+        p = Params(np.ones(2), np.zeros(2))
+        def f(x):
+            return np.sum(p.w * x ** 2 + p.b * x)
+        x = np.array([0.3, -0.3])
+        dh = grad(f)
+        """,
+        "p = p._replace(b=np.ones(2))",
+    ),
+    C(
+        "ordered_dict_in_place",
+        """
+        from collections import OrderedDict
+        od = OrderedDict(w=np.ones(2), b=np.zeros(2))
+        def f(x):
+            return np.sum(od["w"] * x ** 2 + od["b"] * x)
+        x = np.array([0.3, -0.3])
+        dh = grad(f)
+        """,
+        "od['b'] += 1.0",
+    ),
+    C(
+        "ordered_dict_reordered",
+        """
+        from collections import OrderedDict
+        od = OrderedDict(a=np.ones(2), b=np.full(2, 2.0))
+        def f(x):
+            out = x
+            for v in od.values():
+                out = np.sin(out * v)
+            return np.sum(out)
+        x = np.array([0.3, -0.3])
+        dh = grad(f)
+        """,
+        "od.move_to_end('a')",
+    ),
+    C(
+        "defaultdict_in_place",
+        """
+        from collections import defaultdict
+        dd = defaultdict(lambda: np.zeros(2))
+        dd["w"] = np.ones(2)
+        def f(x):
+            return np.sum(dd["w"] * x ** 2)
+        x = np.array([0.3, -0.3])
+        dh = grad(f)
+        """,
+        "dd['w'][0] = 7.0",
+    ),
+    C(
+        "deque_appended",
+        """
+        from collections import deque
+        hist = deque([1.0, 2.0], maxlen=3)
+        def f(x):
+            return hist[-1] * x ** 2
+        x = 0.5
+        dh = grad(f)
+        """,
+        "hist.append(5.0)",
+    ),
+    C(
+        "set_of_floats_grows",
+        """
+        S = {1.0, 2.0}
+        def f(x):
+            return max(S) * x ** 2
+        x = 0.5
+        dh = grad(f)
+        """,
+        "S.add(5.0)",
+    ),
+    C(
+        "array_module_buffer",
+        """
+        import array
+        buf = array.array("d", [1.0, 2.0])
+        def f(x):
+            return buf[0] * x ** 2
+        x = 0.5
+        dh = grad(f)
+        """,
+        "buf[0] = 3.0",
+    ),
+    C(
+        "user_dict",
+        """
+        from collections import UserDict
+        ud = UserDict(w=2.0)
+        def f(x):
+            return ud["w"] * x ** 2
+        x = 0.5
+        dh = grad(f)
+        """,
+        "ud['w'] = 3.0",
+    ),
+    C(
+        "chain_map_underlying_dict",
+        """
+        from collections import ChainMap
+        defaults = {"s": 2.0}
+        cm = ChainMap({}, defaults)
+        def f(x):
+            return cm["s"] * x ** 2
+        x = 0.5
+        dh = grad(f)
+        """,
+        "defaults['s'] = 3.0",
+    ),
+    C(
+        "attrdict_dict_subclass_item",
+        """
+        class AttrDict(dict):
+            __getattr__ = dict.__getitem__
+        hp = AttrDict(lr=0.1, w=np.ones(2))
+        def f(x):
+            return np.sum(hp.w * x ** 2) * hp["lr"]
+        x = np.array([1.0, 2.0])
+        dh = grad(f)
+        """,
+        "hp['lr'] = 0.5",
+    ),
+    C(
+        "dict_subclass_array_item_rebound",
+        """
+        class Params(dict):
+            pass
+        p = Params(w=np.ones(3))
+        def f(x):
+            return np.sum(p["w"] * x)
+        x = np.ones(3)
+        dh = grad(f)
+        """,
+        "p['w'] = np.full(3, 7.0)",
+    ),
+    C(
+        "list_subclass_item",
+        """
+        class Layers(list):
+            pass
+        layers = Layers([2.0, 3.0])
+        def f(x):
+            return layers[0] * x + layers[1] * x ** 2
+        x = 1.0
+        dh = grad(f)
+        """,
+        "layers[0] = 9.0",
+    ),
+    C(
+        "tuple_subclass_rebound",
+        """
+        class Coeffs(tuple):
+            pass
+        co = Coeffs((1.0, 2.0))
+        def f(x):
+            return co[0] * x + co[1] * x ** 2
+        x = 1.0
+        dh = grad(f)
+        """,
+        "co = Coeffs((5.0, 2.0))",
+    ),
+    C(
+        "mappingproxy_view_of_dict",
+        """
+        import types
+        _cfg = {"s": 2.0}
+        CFG = types.MappingProxyType(_cfg)
+        def f(x):
+            return CFG["s"] * x ** 2
+        x = 0.5
+        dh = grad(f)
+        """,
+        "_cfg['s'] = 7.0",
+    ),
+    C(
+        "bound_dict_get",
+        """
+        params = {"w": 2.0}
+        param = params.get
+        def f(x):
+            return param("w") * x ** 2
+        x = 0.5
+        dh = grad(f)
+        """,
+        "params['w'] = 7.0",
+    ),
+    C(
+        "list_of_2000_floats",
+        """
+        coeffs = [float(i % 7) for i in range(2000)]
+        def f(x):
+            return np.sum(x * np.array(coeffs))
+        x = np.linspace(0.0, 1.0, 2000)
+        dh = grad(f)
+        """,
+        "coeffs[1234] = -100.0",
+    ),
+    C(
+        "list_of_2000_arrays_in_place",
+        """
+        blocks = [np.full(2, float(i)) for i in range(2000)]
+        def f(x):
+            return np.sum(x * blocks[1999])
+        x = np.array([1.0, 2.0])
+        dh = grad(f)
+        """,
+        "blocks[1999][0] = -1.0",
+    ),
+    C(
+        "dict_of_1500_keys",
+        """
+        table = {f"k{i}": float(i) for i in range(1500)}
+        def f(x):
+            return table["k1499"] * x ** 2 + table["k3"] * x
+        x = 0.5
+        dh = grad(f)
+        """,
+        "table['k1499'] = -2.0",
+    ),
+    C(
+        "weakref_to_model",
+        """
+        import weakref
+        class Net:
+            def __init__(self):
+                self.w = 2.0
+        net = Net()
+        parent = weakref.ref(net)
+        def f(x):
+            return parent().w * x ** 2
+        x = 1.0
+        dh = grad(f)
+        """,
+        "net.w = 5.0",
+    ),
+    C(
+        "metaclass_attribute",
+        """
+        class Meta(type):
+            scale = 2.0
+        class M(metaclass=Meta):
+            pass
+        def f(x):
+            return M.scale * x ** 2
+        x = 1.0
+        dh = grad(f)
+        """,
+        "Meta.scale = 3.0",
+    ),
+    C(
+        "list_of_250k_floats_over_guard_budget",
+        """
+        big = [1.0] * 250_000
+        def f(x):
+            return x ** 2 * big[-1]
+        x = 1.5
+        dh = grad(f)
+        """,
+        "big[-1] = 3.0",
+    ),
+    C(
+        "memoryview_over_bytearray",
+        """
+        buf = bytearray(onp.array([1.0, 2.0]).tobytes())
+        mv = memoryview(buf)
+        def f(x):
+            return np.sum(x * onp.frombuffer(mv, dtype=onp.float64))
+        x = np.ones(2)
+        dh = grad(f)
+        """,
+        "buf[0:8] = onp.array([5.0]).tobytes()",
+    ),
+    # -- arrays --------------------------------------------------------------------------
+    C(
+        "ndarray_subclass_attribute",
+        """
+        class Tagged(onp.ndarray):
+            pass
+        W = onp.ones(3).view(Tagged)
+        W.scale = 2.0
+        def f(x):
+            return np.sum(x * W.scale)
+        x = np.ones(3)
+        dh = grad(f)
+        """,
+        "W.scale = 3.0",
+    ),
+    C(
+        "big_array_40MB_in_place",
+        """
+        B = np.zeros(5_000_000)
+        B[-1] = 1.0
+        def f(x):
+            return x ** 2 * B[-1]
+        x = 1.5
+        dh = grad(f)
+        """,
+        "B[-1] = 3.0",
+    ),
+    C(
+        "big_array_40MB_copyto",
+        """
+        B = np.ones(5_000_000)
+        def f(x):
+            return x ** 2 * B[123]
+        x = 1.5
+        dh = grad(f)
+        """,
+        "np.copyto(B, 2.0)",
+    ),
+    C(
+        "view_written_changes_base",
+        """
+        W = np.ones((4, 3))
+        v = W[:2]
+        def f(x):
+            return np.sum(np.dot(W, x))
+        x = np.array([1.0, 2.0, 3.0])
+        dh = grad(f)
+        """,
+        "v[1] = -1.0",
+    ),
+    C(
+        "base_written_changes_view",
+        """
+        W = np.ones((4, 3))
+        v = W[:2]
+        def f(x):
+            return np.sum(np.dot(v, x))
+        x = np.array([1.0, 2.0, 3.0])
+        dh = grad(f)
+        """,
+        "W[0, 0] = 5.0",
+    ),
+    C(
+        "strided_view_base_written",
+        """
+        W = np.ones((6, 3))
+        v = W[::2, ::-1]
+        def f(x):
+            return np.sum(np.dot(v, x) ** 2)
+        x = np.array([1.0, 2.0, 3.0])
+        dh = grad(f)
+        """,
+        "W[2, 2] = -3.0",
+    ),
+    C(
+        "copyto",
+        """
+        W = np.ones(3)
+        def f(x):
+            return np.sum(W * x ** 2)
+        x = np.array([1.0, 2.0, 3.0])
+        dh = grad(f)
+        """,
+        "np.copyto(W, np.array([3.0, 2.0, 1.0]))",
+    ),
+    C(
+        "iadd",
+        """
+        X = np.ones(3)
+        v = np.array([0.5, -0.5, 2.0])
+        def f(x):
+            return np.sum(X * np.sin(x))
+        x = np.array([1.0, 2.0, 3.0])
+        dh = grad(f)
+        """,
+        "X += v",
+    ),
+    C(
+        "array_reshaped_same_data",
+        """
+        W = np.arange(6.0)
+        def f(x):
+            return np.sum(np.dot(np.reshape(W, (2, 3)), x))
+        x = np.array([1.0, 2.0, 3.0])
+        dh = grad(f)
+        """,
+        "W.shape = (2, 3); W = W.ravel()[::-1].copy()",
+    ),
+    C(
+        "dtype_changed_same_values",
+        """
+        W = np.ones(3)
+        def f(x):
+            return np.sum(W * x)
+        x = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+        dh = grad(f)
+        """,
+        "W = W.astype(np.float32)",
+    ),
+]
+
+IDS = [c.id for c in CASES]
+
+
+def _setup(nb: Shell, case: Case, write) -> None:  # type: ignore[no-untyped-def]
+    for name, source in case.mods.items():
+        write(name, source)
+    nb.run(case.setup)
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment() -> Iterator[None]:
+    yield
+    os.environ.pop("IPYREFRESH_TEST_SCALE", None)
+
+
+@pytest.fixture(params=["with_extension", "without_extension"])
+def nb(request: pytest.FixtureRequest, bare_shell: Shell) -> Shell:
+    if request.param == "with_extension":
+        bare_shell.run("%load_ext ipyrefresh")
+    bare_shell.run(PRELUDE)
+    return bare_shell
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_change_between_calls(nb: Shell, case: Case, modules) -> None:  # noqa: F811
+    _setup(nb, case, modules)
+    check(nb, case.call, case.oracle, 2, "before the change:")
+    nb.run(case.change)
+    check(nb, case.call, case.oracle, 2, f"after `{case.change.strip()}`:")
+    nb.run(case.again or case.change)  # the same edit again (often a different change)
+    check(nb, case.call, case.oracle, 2, "after the change repeated:")
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_status_after_change(ip: Shell, case: Case, modules) -> None:  # noqa: F811
+    ip.run(PRELUDE)
+    _setup(ip, case, modules)
+    check(ip, case.call, case.oracle, 2, "before the change:")
+    ip.run(case.change)
+    status_then_call(ip, case.handle, case.call, case.oracle, case.id)
+    status_then_call(ip, case.handle, case.call, case.oracle, case.id + " (again)")
+    ip.run("%stale")
+
+
+# -- scenarios that do not fit the table --------------------------------------------------
+
+
+def test_first_build_under_prun(ip: Shell) -> None:
+    ip.run(PRELUDE)
+    ip.run(
+        "a = 2.0\n"
+        "def g(x):\n    return a * np.sum(np.tanh(x) * x)\n"
+        "dg = grad(g)\nx = np.array([0.1, 0.5, -0.3])"
+    )
+    ip.run("%prun -q -l 0 _r = dg(x)")
+    assert ip.run("_r.tolist() == autograd.grad(g)(x).tolist()")
+    check(ip, "dg(x)", "autograd.grad(g)(x)", 2, "after %prun:")
+    ip.run("a = 3.0")
+    check(ip, "dg(x)", "autograd.grad(g)(x)", 2, "after a = 3.0:")
+    ip.run("def g(x):\n    return a * np.sum(np.exp(x))")
+    check(ip, "dg(x)", "autograd.grad(g)(x)", 2, "after redefining g:")
+
+
+def test_first_build_under_prun_with_print_then_outside(ip: Shell, capsys) -> None:  # type: ignore[no-untyped-def]
+    ip.run(PRELUDE)
+    ip.run("def g(x):\n    print('g ran')\n    return x ** 3\ndg = grad(g)")
+    ip.run("%prun -q -l 0 _r = dg(2.0)")
+    capsys.readouterr()
+    ip.run("_ = [dg(2.0) for _ in range(3)]")
+    assert capsys.readouterr().out.count("g ran") == 3
+
+
+def test_status_reports_big_array_change_before_any_call(ip: Shell) -> None:
+    ip.run(PRELUDE)
+    ip.run("B = np.ones(5_000_000)\ndef f(x):\n    return x * B[7]\ndh = grad(f)\ndh(1.0); dh(1.0)")
+    ip.run("B[7] = 2.0")
+    assert "fresh" not in states(ip, "dh")
+
+
+def test_many_reads_stay_fast(ip: Shell) -> None:
+    import time
+
+    ip.run(PRELUDE)
+    ip.run(
+        "table = {f'k{i}': np.full(2, float(i)) for i in range(1500)}\n"
+        "blocks = [np.full(2, float(i)) for i in range(2000)]\n"
+        "def f(x):\n    return np.sum(x * table['k7']) + np.sum(x * blocks[3])\n"
+        "dh = grad(f)\nx = np.ones(2)\ndh(x); dh(x)"
+    )
+    t = time.perf_counter()
+    ip.run("for _ in range(20):\n    dh(x)")
+    assert time.perf_counter() - t < 2.0
+    ip.run("table['k1400'][1] = -1.0")
+    check(ip, "dh(x)", "autograd.grad(f)(x)", 2)
