@@ -239,8 +239,7 @@ def _edges(log: CallLog, fn: Any, label: str) -> dict[tuple[str, str], str]:
         if caller is None or code is root_code or not codefacts.is_user_frame(code, globs):
             continue  # (generated helpers of libraries, namedtuple's __new__, are not shown)
         src = label if caller is root_code else names.get(caller, codefacts.qualname(caller))
-        if src != callee:
-            edges[(src, callee)] = "dynamic"
+        edges[(src, callee)] = "dynamic"
     return edges
 
 

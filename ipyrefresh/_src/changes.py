@@ -76,9 +76,10 @@ class Change:
 
     kind: ChangeKind
     subject: str = ""  # a source path: "g", "mymod.SCALE", "params['l1']['w']"
-    cell: CellRef | None = None
+    cell: CellRef | None = None  # where it was noticed
     detection: Detection = Detection.AT_CALL
     detail: str = ""
+    since: CellRef | None = None  # the last cell in which the derivative was known right
 
     @property
     def root_name(self) -> str:
@@ -93,12 +94,19 @@ class Change:
         text = self.kind.value if not self.subject else f"{self.subject} {self.kind.value}"
         if self.detail:
             text = f"{text} ({self.detail})"
-        if self.cell is not None and self.cell.count is not None:
-            if self.detection is Detection.AFTER_CELL:
-                text += f" in cell [{self.cell.count}]"
-            elif self.kind not in INTERNAL:
-                text += f", noticed in cell [{self.cell.count}]"
-        return text
+        if self.kind in INTERNAL:
+            return text
+        return text + self.when()
+
+    def when(self) -> str:
+        """' in cell [N]' when the cell is known, ' since cell [M]' when only a bound is."""
+        cell, since = self.cell, self.since
+        exact = self.detection is Detection.AFTER_CELL or (since is not None and since == cell)
+        if exact and cell is not None and cell.count is not None:
+            return f" in cell [{cell.count}]"
+        if since is not None and since.count is not None:
+            return f" since cell [{since.count}]"
+        return ""
 
     def as_dict(self) -> dict[str, object]:
         """The JSON form used by ``status()`` and the front end."""

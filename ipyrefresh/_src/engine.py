@@ -153,7 +153,7 @@ class Engine:
             for variant in entry.variants:
                 answer = self._try(entry, variant, fn, args, kwargs)
                 if type(answer) is not Miss:
-                    entry.hit(variant)
+                    entry.hit(variant, self.cell)
                     entry.mark("cache hit")
                     return entry, answer
             return entry, self._build(entry, fn, args, kwargs)
@@ -163,7 +163,7 @@ class Engine:
     ) -> Any:
         bad = variant.guard.check_env(fn, not variant.replays_python)
         if bad is not None:
-            entry.drop(variant, self._change(bad, Detection.AT_CALL))
+            entry.drop(variant, self._change(bad, Detection.AT_CALL, entry))
             return _NO
         if variant.guard.args and variant.guard.check_args(args, kwargs) is not None:
             return _NO
@@ -211,7 +211,7 @@ class Engine:
             self.stats["builds"] += 1
             rebuilt = entry.builds > 0
             event = f"rebuilt ({why}); {outcome.event}" if rebuilt and why else outcome.event
-            entry.install(outcome.variant, outcome.info, event)
+            entry.install(outcome.variant, outcome.info, event, self.cell)
             if rebuilt:
                 self.stats["rebuilds"] += 1
                 if self.config.verbose:
@@ -235,8 +235,8 @@ class Engine:
         warnings.warn(f"ipyrefresh: {entry.name} has {note}", RuntimeWarning, stacklevel=4)
         return fallback.run(fn, args, kwargs)
 
-    def _change(self, bad: Mismatch, detection: Detection) -> Change:
-        change = Change(bad.kind, bad.subject, self.cell, detection)
+    def _change(self, bad: Mismatch, detection: Detection, entry: Entry) -> Change:
+        change = Change(bad.kind, bad.subject, self.cell, detection, since=entry.verified)
         self.changes.record(change)
         return change
 
@@ -261,7 +261,7 @@ class Engine:
                     gone = isinstance(exc, TargetGone)
                     kind = ChangeKind.DELETED if gone else ChangeKind.UNREADABLE
                     bad = Mismatch(entry.target.label, kind)
-                    entry.invalidate(self._change(bad, detection))
+                    entry.invalidate(self._change(bad, detection, entry))
                     went += 1
                     continue
                 for variant in entry.variants:
@@ -271,9 +271,11 @@ class Engine:
                         self.internal_error("checking a guard", exc)
                         continue
                     if bad is not None:
-                        entry.drop(variant, self._change(bad, detection))
+                        entry.drop(variant, self._change(bad, detection, entry))
                 if entry.state is not State.FRESH:
                     went += 1
+                else:
+                    entry.checked(self.cell)
         return went
 
     def refresh(

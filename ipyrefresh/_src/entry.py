@@ -19,7 +19,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from .changes import Change, ChangeKind
+from .changes import CellRef, Change, ChangeKind
 from .compilers.base import Request, Variant
 from .keys import EntryKey
 from .targets import Target
@@ -62,6 +62,7 @@ class Entry:
         "state",
         "target",
         "variants",
+        "verified",
     )
 
     def __init__(self, key: EntryKey, target: Target) -> None:
@@ -78,6 +79,8 @@ class Entry:
         self.hits = 0
         self.example: tuple[tuple[Any, ...], dict[str, Any]] | None = None
         self.last_event = ""
+        #: The cell in which the entry was last known right (built, hit or checked).
+        self.verified: CellRef | None = None
 
     @property
     def name(self) -> str:
@@ -89,8 +92,9 @@ class Entry:
         return max(self.builds - 1, 0)
 
     # -- transitions ---------------------------------------------------------------------
-    def install(self, variant: Variant, info: BuildInfo, event: str) -> None:
-        """A build succeeded: its variant becomes the first to answer."""
+    def install(self, variant: Variant, info: BuildInfo, event: str, cell: CellRef | None) -> None:
+        """A build succeeded (in ``cell``): its variant becomes the first to answer."""
+        self.verified = cell
         self.variants = (variant,) if self.state is not State.FRESH else (variant, *self.variants)
         self.state = State.FRESH
         self.reasons = ()
@@ -135,13 +139,18 @@ class Entry:
         self.error = error
         self.reasons = (Change(ChangeKind.FAILED, detail=error),)
 
-    def hit(self, variant: Variant) -> None:
-        """``variant`` answered a call: count it, and try it first next time."""
+    def hit(self, variant: Variant, cell: CellRef | None) -> None:
+        """``variant`` answered a call (in ``cell``): count it, try it first next time."""
         self.hits += 1
         self.last_event = "cache hit"
+        self.verified = cell
         variants = self.variants  # (another thread may have dropped them meanwhile)
         if variants and variants[0] is not variant and variant in variants:
             self.variants = (variant, *(v for v in variants if v is not variant))
+
+    def checked(self, cell: CellRef | None) -> None:
+        """Every guard held when checked in ``cell`` (by a sweep)."""
+        self.verified = cell
 
     def keep_example(self, example: tuple[tuple[Any, ...], dict[str, Any]] | None) -> None:
         self.example = example

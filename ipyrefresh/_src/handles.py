@@ -78,7 +78,7 @@ class Derivative:
                 ):
                     answer = variant.run(fn, args, kwargs)
                     if type(answer) is not Miss:
-                        entry.hit(variant)
+                        entry.hit(variant, self._engine.cell)
                         return answer
         else:
             if len(self._entries) >= _MAX_HANDLE_ENTRIES:

@@ -206,6 +206,7 @@ def record(enabled: bool = True) -> Iterator[CallLog]:
         return
     boundary = sys._getframe(2)  # the frame that opened the recording
     stack = _active()
+    _prune(stack)
     if sys.version_info >= (3, 12):
         with _Monitor.session(log, boundary, stack):
             yield log
@@ -226,6 +227,23 @@ def record(enabled: bool = True) -> Iterator[CallLog]:
         _remove(stack, log)
         if not stack and sys.getprofile() is _profile:
             sys.setprofile(None)
+
+
+def _prune(stack: list[tuple[CallLog, FrameType | None]]) -> None:
+    """Forget recordings an interrupt (Ctrl-C in their cleanup) left behind: those whose
+    opening frame is no longer on this thread's stack."""
+    if not stack:
+        return
+    live = set()
+    frame: FrameType | None = sys._getframe()
+    while frame is not None:
+        live.add(id(frame))
+        frame = frame.f_back
+    stack[:] = [(log, b) for log, b in stack if b is None or id(b) in live]
+    if not stack:
+        if sys.getprofile() is _profile:
+            sys.setprofile(None)
+        _Monitor.reset()
 
 
 def _remove(stack: list[tuple[CallLog, FrameType | None]], log: CallLog) -> None:

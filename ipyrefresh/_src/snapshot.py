@@ -251,6 +251,7 @@ class Walker:
         self._rngs: set[int] = set()
         self._modules: set[int] = set()
         self._in_argument = False  # walking an argument: arrays compared by contents
+        self._source: str | None = None  # the user function whose reads are being walked
         #: Code objects whose function was walked (with their nested code).
         self.covered: set[CodeType] = set()
 
@@ -295,13 +296,14 @@ class Walker:
         if facts.dynamic_namespace:
             raise Unguardable(f"{label} reads its namespace by computed names (eval, globals())")
         prefix = _ns_prefix(globs)
-        for name in sorted(facts.globals):
-            self.global_name(globs, name, prefix + name)
-            value = dict.get(globs, name, MISSING) if type(globs) is dict else MISSING
-            if type(value) is FunctionType and codefacts.is_user_code(value.__code__):
-                self.guard.edges[(label, prefix + name)] = "static"
-        for chain in sorted(facts.chains):
-            self._chain(globs, chain, prefix)
+        outer, self._source = self._source, label
+        try:
+            for name in sorted(facts.globals):
+                self.global_name(globs, name, prefix + name)
+            for chain in sorted(facts.chains):
+                self._chain(globs, chain, prefix)
+        finally:
+            self._source = outer
 
     def _chain(self, globs: Mapping[str, Any], chain: tuple[str, ...], prefix: str) -> None:
         head = chain[0]
@@ -451,6 +453,9 @@ class Walker:
 
     # -- functions -----------------------------------------------------------------------
     def function(self, fn: FunctionType, label: str) -> Node:
+        user = codefacts.is_user_code(fn.__code__)
+        if user and self._source is not None:
+            self.guard.edges[(self._source, label)] = "static"  # %callgraph's solid lines
         if id(fn) in self._functions:  # checked in full where it was first reached
             return Identity(label, fn, ChangeKind.REDEFINED)
         self._functions.add(id(fn))
@@ -490,7 +495,7 @@ class Walker:
             cells.append(Cell(cell_label, self.walk(content, cell_label)))
         attrs = self._map_labelled(fn.__dict__, lambda k: f"{label}.{k}")
         node = Function(label, fn, defaults, kwdefaults, tuple(cells), attrs)
-        if codefacts.is_user_code(code):
+        if user:
             self.code_reads(code, fn.__globals__, label)
         return node
 

@@ -177,7 +177,7 @@ def _changed_labels(entry: Entry, nodes: set[str]) -> dict[str, str]:
     for change in entry.reasons:
         for label in (change.subject, change.root_name):
             if label in nodes:
-                changed[label] = change.kind.value
+                changed[label] = change.kind.value + change.when()
                 break
     return changed
 
@@ -257,6 +257,8 @@ def run(shell: Any, engine: Engine, name: str, form: str = "auto") -> None:
     """The body of ``%callgraph``; raises :class:`CallgraphError` for the user."""
     from IPython.display import display
 
+    if not name.isidentifier():
+        raise CallgraphError(f"{name!r} is not a name: %callgraph NAME (a function or a handle)")
     engine.sweep(deep=True, detection=Detection.ON_REQUEST)
     if form == "svg" and picture_support():
         raise CallgraphError(picture_support())

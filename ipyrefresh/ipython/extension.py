@@ -16,6 +16,7 @@ from .._src.changes import CellRef, Detection
 from .._src.compilers.tape import patches
 from .._src.config import IPyRefresh
 from .._src.engine import Engine, current
+from .._src.recorder import reset_if_idle
 from .magics import IPyRefreshMagics
 
 
@@ -71,6 +72,7 @@ class Extension:
 
     # -- events --------------------------------------------------------------------------
     def pre_run_cell(self, info: Any) -> None:
+        reset_if_idle()  # no build runs between cells: drop what a Ctrl-C left behind
         try:
             count = self.shell.execution_count
             if getattr(info, "store_history", False):
