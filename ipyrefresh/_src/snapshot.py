@@ -300,6 +300,9 @@ class Walker:
         try:
             for name in sorted(facts.globals):
                 self.global_name(globs, name, prefix + name)
+                value = dict.get(globs, name, MISSING)  # type: ignore[arg-type]
+                if type(value) is FunctionType and codefacts.is_user_code(value.__code__):
+                    self.guard.edges[(label, prefix + name)] = "static"  # (recursion too)
             for chain in sorted(facts.chains):
                 self._chain(globs, chain, prefix)
         finally:
