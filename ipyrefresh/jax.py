@@ -1,17 +1,17 @@
-"""JAX derivatives that stay right after redefinitions, and stay compiled.
+"""JAX derivatives, and ``jax.jit``, that stay right after redefinitions and stay compiled.
 
->>> %load_ext ipyrefresh
->>> from ipyrefresh.jax import grad
->>> dh = grad(h)          # jax.jit(jax.grad(h)), following the name h and what h calls
->>> dh(x)                 # compiled once; later calls run the XLA executable
->>> def g(x): ...         # redefine something h calls
->>> dh(x)                 # only the derivatives that reach g are traced and compiled again
+>>> import ipyrefresh.jax as rj
+>>> dh = rj.grad(h)          # jax.jit(jax.grad(h)), following the name h and what h reads
+>>> step = rj.jit(train_step, static_argnums=(2,))   # a drop-in jax.jit
+>>> def g(x): ...            # redefine something h or train_step calls
+>>> dh(x), step(...)         # only what reaches g is traced and compiled again
 
 ``jax.jit(jax.grad(h))`` keys its cache on ``h`` itself, so it keeps answering with the
-old ``g`` (jax issue 28225), and ``jax.clear_caches()`` recompiles everything. These
-handles record which Python functions ran while JAX traced them and rebuild only the
-compiled derivatives whose code changed. Results agree with a fresh, unjitted
-``jax.grad`` (``jax.value_and_grad``, ``jax.jacobian``, ``jax.hessian``) of the current code.
+old ``g`` (jax issue 28225) and with the values of the global arrays it baked in, and
+``jax.clear_caches()`` recompiles everything. Each call of these handles first checks
+that the code and data the compiled function was traced from are unchanged; answers
+agree with a fresh, unjitted ``jax.grad`` (``jax.value_and_grad``, ``jax.jacobian``,
+``jax.hessian``) of the current code, and ``rj.jit`` with a fresh ``jax.jit``.
 
 Needs the optional extra: ``pip install ipyrefresh[jax]``. Importing ``ipyrefresh``
 itself never imports jax; ``%config IPyRefresh.backend = "jax"`` makes
@@ -20,37 +20,72 @@ itself never imports jax; ``%config IPyRefresh.backend = "jax"`` makes
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from typing import Any
 
-from ._src.compilers import available_compilers
+from ._src import compilers
 from ._src.handles import Derivative
+from ._src.keys import Transform
 
-if "jax" not in available_compilers():  # pragma: no cover - depends on the environment
+if "jax" not in compilers.available():  # pragma: no cover - depends on the environment
     raise ImportError("ipyrefresh.jax needs jax: pip install ipyrefresh[jax]")
 
-__all__ = ["elementwise_grad", "grad", "hessian", "jacobian", "value_and_grad"]
+__all__ = ["elementwise_grad", "grad", "hessian", "jacobian", "jit", "value_and_grad"]
+
+
+def _make(transform: Transform, fun: Any, argnum: Any, options: Any = ()) -> Derivative:
+    return Derivative(transform, fun, argnum, "jax", frame=sys._getframe(2), options=options)
 
 
 def grad(fun: Any, argnum: Any = 0) -> Derivative:
-    """``jax.jit(jax.grad(fun, argnum))`` that follows redefinitions of what ``fun`` reaches."""
-    return Derivative("grad", fun, argnum, compiler="jax")
+    """``jax.jit(jax.grad(fun, argnum))`` that follows what ``fun`` means and reads."""
+    return _make(Transform.GRAD, fun, argnum)
 
 
 def value_and_grad(fun: Any, argnum: Any = 0) -> Derivative:
     """``(fun(*args), grad)`` from one compiled computation, like ``jax.value_and_grad``."""
-    return Derivative("value_and_grad", fun, argnum, compiler="jax")
+    return _make(Transform.VALUE_AND_GRAD, fun, argnum)
 
 
 def jacobian(fun: Any, argnum: Any = 0) -> Derivative:
     """Full Jacobian (reverse mode, like ``jax.jacobian``), of shape ``out.shape + x.shape``."""
-    return Derivative("jacobian", fun, argnum, compiler="jax")
+    return _make(Transform.JACOBIAN, fun, argnum)
 
 
 def hessian(fun: Any, argnum: Any = 0) -> Derivative:
     """Hessian of a scalar-valued ``fun``, like ``jax.hessian``."""
-    return Derivative("hessian", fun, argnum, compiler="jax")
+    return _make(Transform.HESSIAN, fun, argnum)
 
 
 def elementwise_grad(fun: Any, argnum: Any = 0) -> Derivative:
     """Gradient of ``sum(fun(x))``: the derivative of an elementwise function."""
-    return Derivative("elementwise_grad", fun, argnum, compiler="jax")
+    return _make(Transform.ELEMENTWISE_GRAD, fun, argnum)
+
+
+def jit(
+    fun: Any,
+    static_argnums: int | Sequence[int] | None = None,
+    static_argnames: str | Sequence[str] | None = None,
+    donate_argnums: int | Sequence[int] = (),
+) -> Derivative:
+    """A drop-in ``jax.jit`` for whole functions (a training step) that follows the name
+    it was given and recompiles exactly when something the function read has changed."""
+    options = (
+        ("static_argnums", _ints(static_argnums)),
+        ("static_argnames", _names(static_argnames)),
+        ("donate_argnums", _ints(donate_argnums) or ()),
+    )
+    return _make(Transform.JIT, fun, 0, options)
+
+
+def _ints(value: int | Sequence[int] | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    return (value,) if isinstance(value, int) else tuple(value)
+
+
+def _names(value: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    return (value,) if isinstance(value, str) else tuple(value)

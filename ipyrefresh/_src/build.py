@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import CodeType, FunctionType, MethodType
@@ -26,11 +27,14 @@ from . import code as codefacts
 from .changes import ChangeKind
 from .compilers.base import Compiler, Request, Variant
 from .entry import BuildInfo
+from .guard import Guard
 from .nodes import Mismatch, Node
+from .readers import TargetReader
 from .recorder import CallLog, record, recording_possible
-from .snapshot import Guard, TargetReader, Unguardable, Walker, rng_state, rules_of
+from .snapshot import Unguardable, Walker, rng_state, rules_of
 
 _GLOBAL_RNG = np.random.mtrand._rand
+_PY_RANDOM = random._inst  # type: ignore[attr-defined]  # the module's functions draw from it
 
 
 @dataclass
@@ -68,7 +72,7 @@ def run_build(
         variant = compiler.fallback(request, Guard(), why)
         return Outcome(traced.result, variant, BuildInfo(note=why), "built")
     before, before_error = _walk(fn, label, request, args, kwargs, None)
-    rngs = [("numpy.random", _GLOBAL_RNG), *before.rngs]
+    rngs = [("numpy.random", _GLOBAL_RNG), ("random", _PY_RANDOM), *before.rngs]
     states = [_rng_state(g) for _, g in rngs]
     with record() as log:
         traced = compiler.trace(fn, request, args, kwargs)
@@ -77,12 +81,12 @@ def run_build(
         if _rng_state(gen) != state:
             effects.append(f"draws random numbers ({name})")
     if not before_error:
-        changed = before.check_env(fn) or before.check_args(args, kwargs)
+        changed = before.check_interpreted(fn, args, kwargs)
         if changed is not None:
             effects.append(f"changes {changed.subject} while it runs")
     effects += _stores(log)
     guard, unguardable = _walk(fn, label, request, args, kwargs, log)
-    guard.env += rules_of(traced.primitives)
+    guard.add(rules_of(traced.primitives))
     known = {id(g) for _, g in rngs}
     late = [name for name, g in guard.rngs if id(g) not in known]
     if late:  # its state before the run is unknown: it may have been drawn from
@@ -96,7 +100,7 @@ def run_build(
     why = traced.unsupported or "; ".join(effects) or unguardable
     if not why and not log.complete:
         why = f"could not record the calls it makes ({log.note})"
-        guard.env.append((TargetReader(), _RecorderBusy("the call recorder")))
+        guard.add([(TargetReader(), _RecorderBusy("the call recorder"))])
     if why or traced.compile is None:
         info.note = why
         variant = compiler.fallback(request, guard, why)

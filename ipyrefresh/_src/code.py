@@ -275,7 +275,8 @@ GENERATED_FILE = "<ipyrefresh generated>"
 
 
 def is_user_code(code: CodeType) -> bool:
-    """True for code the user wrote: cells, ``exec``'d strings, their own modules."""
+    """True for code the user wrote: cells, ``exec``'d strings, their own modules (and
+    code libraries generate: see :func:`is_user_frame` for telling those apart)."""
     filename = code.co_filename
     if filename.startswith("<"):
         if filename == "<string>" and qualname(code).startswith("__create_fn__"):
@@ -314,8 +315,8 @@ def is_user_frame(code: CodeType, globs: Mapping[str, Any]) -> bool:
     if type(name) is not str or name == "__main__":
         return True
     module = sys.modules.get(name)
-    if module is None:
-        return False
+    if module is None:  # a module object made by hand (types.ModuleType), or namedtuple's
+        return not name.startswith("namedtuple_")
     file = module.__dict__.get("__file__") if type(module.__dict__) is dict else None
     if type(file) is not str:
         return True

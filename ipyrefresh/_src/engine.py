@@ -4,8 +4,8 @@ bar are told. The path of one call (see ``handles.Derivative.__call__``)::
     handle(x) ─▶ resolve the target (the name, now) ─▶ entry for the call's signature
        │
        ▼  for each variant of the entry, newest path first          (no lock: the hot path)
-    guard.check_env(fn): code, closures, globals, data the build read — unchanged?
-    guard.check_args(args): the non-differentiated arguments it read — the same?
+    guard.check(fn, args): code, closures, globals, data the build read — unchanged?
+        and the non-differentiated arguments it read — the same?
     variant.run(...): the replay, with its own guards on branches — applies?
        │ all three: the answer
        ▼ otherwise                                                  (Engine.call, locked)
@@ -161,11 +161,14 @@ class Engine:
     def _try(
         self, entry: Entry, variant: Variant, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        bad = variant.guard.check_env(fn, not variant.replays_python)
+        guard = variant.guard
+        if variant.replays_python:  # always current: its guard only says when to retry
+            bad = guard.check_env(fn, False)
+        else:
+            bad = guard.check(fn, args, kwargs)
         if bad is not None:
-            entry.drop(variant, self._change(bad, Detection.AT_CALL, entry))
-            return _NO
-        if variant.guard.args and variant.guard.check_args(args, kwargs) is not None:
+            if not bad.arg:  # the code or data changed: this variant is stale
+                entry.drop(variant, self._change(bad, Detection.AT_CALL, entry))
             return _NO
         return variant.run(fn, args, kwargs)
 

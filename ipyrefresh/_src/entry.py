@@ -21,7 +21,7 @@ from typing import Any
 
 from .changes import CellRef, Change, ChangeKind
 from .compilers.base import Request, Variant
-from .keys import EntryKey
+from .keys import EntryKey, Transform
 from .targets import Target
 
 _ids = itertools.count(1)
@@ -69,7 +69,7 @@ class Entry:
         self.id = next(_ids)
         self.key = key
         self.target = target
-        self.request = Request(key.transform, key.argnum)
+        self.request = Request(key.transform, key.argnum, key.options)
         self.state = State.UNBUILT
         self.variants: tuple[Variant, ...] = ()
         self.reasons: tuple[Change, ...] = (Change(ChangeKind.NOT_BUILT),)
@@ -84,8 +84,11 @@ class Entry:
 
     @property
     def name(self) -> str:
-        argnum = "" if self.key.argnum == 0 else f", argnum={self.key.argnum}"
-        return f"{self.key.transform.value}({self.target.label}{argnum})"
+        key = self.key
+        argnum = (
+            "" if key.argnum == 0 or key.transform is Transform.JIT else f", argnum={key.argnum}"
+        )
+        return f"{key.transform.value}({self.target.label}{argnum})"
 
     @property
     def rebuilds(self) -> int:

@@ -34,8 +34,10 @@ class Derivative:
         "_engine",
         "_entries",
         "_fun",
+        "_hot",
         "argnum",
         "backend",
+        "options",
         "target",
         "transform",
     )
@@ -50,12 +52,14 @@ class Derivative:
         frame: FrameType | None = None,
         target: Target | None = None,
         engine: Engine | None = None,
+        options: tuple[tuple[str, Any], ...] = (),
     ) -> None:
         engine = engine or current()
         self.transform = Transform(transform)
         self.argnum = check_argnum(argnum)
         check_differentiable(fun, label_of(fun))
         self.backend = backend  # None: the configured backend at each call
+        self.options = options
         self._engine = engine
         self.target: Target = engine.target(target or target_for(fun, frame))
         # A fixed target is kept alive by its handle, as autograd's grad(f) keeps f.
@@ -63,19 +67,33 @@ class Derivative:
         engine.hold(self.target)
         weakref.finalize(self, engine.release, self.target)
         self._entries: dict[tuple[str, Signature], Entry] = {}
+        #: The last entry, when its variant takes any shapes (JAX): tried first, without
+        #: computing a signature (jax.jit checks shapes and dtypes itself).
+        self._hot: Entry | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         fn = self.target.resolve()
+        hot = self._hot
+        if hot is not None and (self.backend or self._engine.config.backend) == hot.key.backend:
+            variants = hot.variants
+            if variants:
+                variant = variants[0]
+                if variant.guard.check(fn, args, kwargs) is None:
+                    answer = variant.run(fn, args, kwargs)
+                    if type(answer) is not Miss:
+                        hot.hit(variant, self._engine.cell)
+                        return answer
         backend = self.backend or self._engine.config.backend
-        # jax.jit dispatches on shapes itself: one JAX entry serves every shape.
-        sig = (backend, call_signature(args, kwargs, backend != "jax"))
+        sig = (backend, call_signature(args, kwargs))
         entry = self._entries.get(sig)
         if entry is not None:
             for variant in entry.variants:
                 guard = variant.guard
-                if guard.check_env(fn, not variant.replays_python) is None and (
-                    not guard.args or guard.check_args(args, kwargs) is None
-                ):
+                if variant.replays_python:
+                    bad = guard.check_env(fn, False)
+                else:
+                    bad = guard.check(fn, args, kwargs)
+                if bad is None:
                     answer = variant.run(fn, args, kwargs)
                     if type(answer) is not Miss:
                         entry.hit(variant, self._engine.cell)
@@ -83,16 +101,20 @@ class Derivative:
         else:
             if len(self._entries) >= _MAX_HANDLE_ENTRIES:
                 self._entries.clear()
-            key = EntryKey(self.target.key, self.transform, self.argnum, sig[1], backend)
+            key = EntryKey(
+                self.target.key, self.transform, self.argnum, sig[1], backend, self.options
+            )
             entry = self._engine.entry_for(self.target, key)
         entry, answer = self._engine.call(entry, fn, args, kwargs)
         self._entries[sig] = entry
+        variants = entry.variants
+        self._hot = entry if variants and variants[0].any_shapes else None
         return answer
 
     def entry(self, *args: Any, **kwargs: Any) -> Entry | None:
         """The cache entry a call with these arguments uses (``None`` before its first call)."""
         backend = self.backend or self._engine.config.backend
-        return self._entries.get((backend, call_signature(args, kwargs, backend != "jax")))
+        return self._entries.get((backend, call_signature(args, kwargs)))
 
     @property
     def fun(self) -> Any:

@@ -30,6 +30,7 @@ class Transform(enum.Enum):
     ELEMENTWISE_GRAD = "elementwise_grad"
     JACOBIAN = "jacobian"
     HESSIAN = "hessian"
+    JIT = "jit"  # no derivative: the function itself, jitted (the JAX backend only)
 
 
 _BY_VALUE = (bool, str, bytes, type(None))
@@ -52,37 +53,36 @@ def is_jax_array_type(t: type) -> bool:
     return found
 
 
-def arg_signature(x: Any, shapes: bool = True) -> Hashable:
-    """The part of a key one argument contributes (``shapes=False``: arrays by type only,
-    for backends that dispatch on shapes themselves, as ``jax.jit`` does)."""
+def arg_signature(x: Any) -> Hashable:
+    """The part of a key one argument contributes."""
     t = type(x)
     if t is float or t is int or t is complex:
         return t.__name__
     if t is np.ndarray:
-        return (x.shape, x.dtype.str) if shapes else "ndarray"
+        return (x.shape, x.dtype.str)
     if t in _BY_VALUE:
         return (t.__name__, x)
     if is_jax_array_type(t):
-        return ("jax", x.shape, x.dtype) if shapes else "jax"
+        return ("jax", x.shape, x.dtype)
     if issubclass(t, np.generic):
         return ("scalar", x.dtype.str)
     if t is tuple or t is list:
-        return (t.__name__, *(arg_signature(v, shapes) for v in x))
+        return (t.__name__, *map(arg_signature, x))
     if t is dict:
-        return ("dict", *((k, arg_signature(v, shapes)) for k, v in x.items()))
+        return ("dict", *((k, arg_signature(v)) for k, v in x.items()))
     if issubclass(t, np.ndarray):
-        return (t.__name__, x.shape, x.dtype.str) if shapes else t.__name__
+        return (t.__name__, x.shape, x.dtype.str)
     # Anything else by its type's name; its identity would pin it in memory. Read
     # through type's own descriptors: a metaclass's __getattribute__ must not run.
     names = (type.__dict__["__module__"].__get__(t), type.__dict__["__qualname__"].__get__(t))
     return ("object", *(n if type(n) is str else "?" for n in names))
 
 
-def call_signature(args: tuple[Any, ...], kwargs: dict[str, Any], shapes: bool = True) -> Signature:
+def call_signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Signature:
     """The part of a key that depends on the call's arguments."""
-    sig = tuple(arg_signature(a, shapes) for a in args)
+    sig = tuple(map(arg_signature, args))
     if kwargs:
-        return (sig, tuple(sorted((k, arg_signature(v, shapes)) for k, v in kwargs.items())))
+        return (sig, tuple(sorted((k, arg_signature(v)) for k, v in kwargs.items())))
     return sig
 
 
@@ -114,3 +114,4 @@ class EntryKey:
     argnum: Argnum
     signature: Signature
     backend: str
+    options: tuple[tuple[str, Any], ...] = ()  # rj.jit's static_argnums, donate_argnums...

@@ -46,13 +46,15 @@ SCALAR_TYPES: frozenset[type] = frozenset(
 
 
 class Mismatch:
-    """What differs: the source path of the value and how it changed."""
+    """What differs: the source path of the value and how it changed; ``arg`` when it
+    is about an argument of the call (another variant may fit) rather than the code."""
 
-    __slots__ = ("kind", "subject")
+    __slots__ = ("arg", "kind", "subject")
 
-    def __init__(self, subject: str, kind: ChangeKind) -> None:
+    def __init__(self, subject: str, kind: ChangeKind, arg: bool = False) -> None:
         self.subject = subject
         self.kind = kind
+        self.arg = arg
 
     def __repr__(self) -> str:
         return f"Mismatch({self.subject!r}, {self.kind.name})"

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from types import BuiltinFunctionType, CodeType, FrameType
 from typing import Any
 
-from .code import is_user_code
+from .code import is_user_code, is_user_frame
 
 _MAX_WALK = 64
 _TOOL_NAME = "ipyrefresh"
@@ -37,7 +37,8 @@ class CallLog:
     """What one recorded run did.
 
     Every code object that is not a library's counts, generated code included (a
-    function ``exec``'d into a module object is as changeable as a cell's). ``calls``
+    function ``exec``'d into a module object is as changeable as a cell's), except the
+    helpers namedtuple generates. ``calls``
     maps (caller code or None, callee code) to the callee's globals; the
     caller is the nearest user frame, None when library code (autograd) called it.
     ``complete`` is False when no hook could be installed: the log then proves nothing.
@@ -135,16 +136,35 @@ _WARNINGS_FILE = os.path.normcase(getattr(sys.modules["warnings"], "__file__", "
 _IMPORTLIB_DIR = os.path.dirname(os.path.normcase(importlib.__file__ or "")) + os.sep
 
 
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.normcase(os.path.abspath(__file__)))) + os.sep
+_machinery_dirs: dict[str, str] = {}
+
+
 def _machinery(code: CodeType) -> bool:
-    """I/O done by Python's own machinery, not an effect a replay must repeat: the
-    ``warnings`` module's output (a replay warns through numpy itself, and Python shows
-    a warning once per place anyway) and the file reads of a first import."""
+    """Calls made by machinery, not effects a replay must repeat: the ``warnings``
+    module's output (a replay warns through numpy itself, and Python shows a warning once
+    per place anyway), the file reads of a first import, ipyrefresh's own work, and JAX's
+    tracing and compiling (its clocks, logs and caches; what a jitted function does at
+    run time is JAX's business, ``jax.debug.print`` included)."""
     name = os.path.normcase(code.co_filename)
-    return (
+    if (
         name == _WARNINGS_FILE
         or name.startswith("<frozen importlib")
         or name.startswith(_IMPORTLIB_DIR)
-    )
+        or name.startswith(_OWN_DIR)
+    ):
+        return True
+    for package in ("jax", "jaxlib"):
+        module = sys.modules.get(package)
+        if module is not None and package not in _machinery_dirs:
+            path = getattr(module, "__file__", None)
+            _machinery_dirs[package] = (
+                os.path.dirname(os.path.normcase(path)) + os.sep if path else "\0"
+            )
+        prefix = _machinery_dirs.get(package)
+        if prefix and name.startswith(prefix):
+            return True
+    return False
 
 
 # -- the hooks -------------------------------------------------------------------------------
@@ -161,7 +181,7 @@ def _active() -> list[tuple[CallLog, FrameType | None]]:
 
 def _profile(frame: FrameType, event: str, arg: Any) -> None:
     if event == "call":
-        if is_user_code(frame.f_code):
+        if is_user_frame(frame.f_code, frame.f_globals):
             for log, boundary in _active():
                 log.add_frame(frame, boundary)
     elif event == "c_call" and not _machinery(frame.f_code):
@@ -310,7 +330,7 @@ class _Monitor:
             if threading.get_ident() != thread or not is_user_code(code):
                 return None
             frame = sys._getframe(1)
-            if frame.f_code is code:
+            if frame.f_code is code and is_user_frame(code, frame.f_globals):
                 for log, boundary in _active():
                     log.add_frame(frame, boundary)
             return None

@@ -24,7 +24,6 @@ import random
 import sys
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from types import (
     BuiltinFunctionType,
     CodeType,
@@ -41,6 +40,7 @@ from autograd.tracer import Box
 from . import code as codefacts
 from .changes import ChangeKind
 from .digest import array_digest
+from .guard import Guard
 from .nodes import (
     MISSING,
     Absent,
@@ -71,6 +71,7 @@ from .nodes import (
     iterate,
     part,
 )
+from .readers import ArgReader, FixedReader, NameReader, Reader, TargetReader
 from .targets import Target
 
 #: Most values one derivative's guard may hold; beyond, it runs plain autograd.
@@ -108,105 +109,6 @@ _IDENTITY_TYPES: tuple[type, ...] = (
     range,
     slice,
 )
-
-
-# -- readers: where a root value is read from at check time ---------------------------
-
-
-class Reader:
-    """How to find a root value at check time; ``label`` names it in reasons."""
-
-    __slots__ = ()
-
-    def read(self, fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-        raise NotImplementedError
-
-
-class TargetReader(Reader):
-    """The function being differentiated, as the handle resolved it for this call."""
-
-    __slots__ = ()
-
-    def read(self, fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-        return fn
-
-
-class NameReader(Reader):
-    """A binding in a module's (or the notebook's) global namespace."""
-
-    __slots__ = ("name", "ns")
-
-    def __init__(self, ns: dict[str, Any], name: str) -> None:
-        self.ns = ns
-        self.name = name
-
-    def read(self, fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-        return dict.get(self.ns, self.name, MISSING)
-
-
-class FixedReader(Reader):
-    """An object reached once and checked on its own (a class, a primitive's function)."""
-
-    __slots__ = ("get",)
-
-    def __init__(self, get: Callable[[], Any]) -> None:
-        self.get = get
-
-    def read(self, fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-        value = self.get()
-        return MISSING if value is None else value
-
-
-class ArgReader(Reader):
-    """A positional or keyword argument of the call."""
-
-    __slots__ = ("key",)
-
-    def __init__(self, key: int | str) -> None:
-        self.key = key
-
-    def read(self, fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-        key = self.key
-        if type(key) is int:
-            return args[key] if key < len(args) else MISSING
-        return kwargs.get(key, MISSING)  # type: ignore[call-overload]
-
-
-# -- the guard ---------------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class Guard:
-    """Everything one build read, to be checked before its artifact answers a call.
-
-    ``env`` covers the code and data the function reaches (a failure means the cached
-    artifact is stale); ``args`` the non-differentiated arguments (a failure means this
-    artifact does not apply to these arguments, another variant may).
-    """
-
-    env: list[tuple[Reader, Node]] = field(default_factory=list)
-    args: list[tuple[Reader, Node]] = field(default_factory=list)
-    unguardable: str = ""
-    notes: list[str] = field(default_factory=list)
-    rngs: list[tuple[str, Any]] = field(default_factory=list)  # (label, generator)
-    labels: list[str] = field(default_factory=list)  # what the guard covers, for %callgraph
-    #: (caller, callee) labels of calls visible in the code (for %callgraph)
-    edges: dict[tuple[str, str], str] = field(default_factory=dict)
-    size: int = 0
-
-    def check_env(self, fn: Any, deep: bool = True) -> Mismatch | None:
-        for reader, node in self.env:
-            bad = node.check(reader.read(fn, (), {}), deep)
-            if bad is not None:
-                return bad
-        return None
-
-    def check_args(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Mismatch | None:
-        for reader, node in self.args:
-            bad = node.check(reader.read(None, args, kwargs), True)
-            if bad is not None:
-                return bad
-        return None
 
 
 class Unguardable(Exception):
@@ -281,7 +183,13 @@ class Walker:
         value = dict.get(globs, name, MISSING)
         self.guard.labels.append(label)
         if value is not MISSING:
-            self.env_root(NameReader(globs, name), self.walk(value, label))
+            if callable(value) and _library_namespace(globs) and not _user_function(value):
+                # jnp.sin, np.random.rand...: a library's own callables are what they are;
+                # their internals (caches, compiled traces) are not what user code reads.
+                node: Node = Identity(label, value, ChangeKind.REDEFINED)
+            else:
+                node = self.walk(value, label)
+            self.env_root(NameReader(globs, name), node)
             return
         self.env_root(NameReader(globs, name), Absent(label))
         b = dict.get(globs, "__builtins__", builtins)
@@ -662,6 +570,17 @@ def _slots(cls: type) -> list[tuple[str, Any]]:
             if type(member).__name__ == "member_descriptor" and name not in ("__weakref__",):
                 found.append((name, member))
     return found
+
+
+def _user_function(value: Any) -> bool:
+    """A function of the user's put into a library's namespace (a monkeypatch)."""
+    return type(value) is FunctionType and codefacts.is_user_code(value.__code__)
+
+
+def _library_namespace(ns: dict[str, Any]) -> bool:
+    """The namespace of a library's module (numpy's, jax's), not the user's."""
+    file = ns.get("__file__")
+    return type(file) is str and not codefacts.is_user_file(file)
 
 
 def _is_user_module(mod: ModuleType, ns: dict[str, Any]) -> bool:

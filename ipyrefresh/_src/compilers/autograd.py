@@ -12,7 +12,7 @@ from typing import Any
 
 import autograd
 
-from ..snapshot import Guard
+from ..guard import Guard
 from .base import PythonVariant, Request, Traced, Transform, Variant
 
 TRANSFORMS: dict[Transform, Callable[..., Any]] = {
@@ -26,11 +26,18 @@ TRANSFORMS: dict[Transform, Callable[..., Any]] = {
 
 def reference(fn: Any, request: Request, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """A fresh autograd computation: the oracle every compiler must agree with."""
-    return TRANSFORMS[request.transform](fn, request.argnum)(*args, **kwargs)
+    return _op(request.transform)(fn, request.argnum)(*args, **kwargs)
+
+
+def _op(transform: Transform) -> Callable[..., Any]:
+    op = TRANSFORMS.get(transform)
+    if op is None:
+        raise TypeError(f"{transform.value} needs the JAX backend (ipyrefresh.jax)")
+    return op
 
 
 def plain(request: Request) -> Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]:
-    op = TRANSFORMS[request.transform]
+    op = _op(request.transform)
     argnum = request.argnum
 
     def run(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

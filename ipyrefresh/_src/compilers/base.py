@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..guard import Guard
 from ..keys import Argnum, Transform
-from ..snapshot import Guard
 
 __all__ = ["Argnum", "Compiler", "Miss", "PythonVariant", "Request", "Traced", "Transform"]
 
@@ -29,10 +29,16 @@ class Request:
 
     transform: Transform
     argnum: Argnum
+    options_items: tuple[tuple[str, Any], ...] = ()
 
     @property
     def argnums(self) -> tuple[int, ...]:
         return self.argnum if isinstance(self.argnum, tuple) else (self.argnum,)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """Options of ``ipyrefresh.jax.jit`` (static_argnums, donate_argnums...)."""
+        return dict(self.options_items)
 
 
 class Miss:
@@ -59,6 +65,9 @@ class Variant(Protocol):
     guard: Guard
     note: str
     replays_python: bool
+    #: It takes arguments of any shape and dtype itself (``jax.jit`` does, and returns a
+    #: Miss rather than trace again): a handle may try it before computing a signature.
+    any_shapes: bool
 
     def run(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
 
@@ -100,6 +109,7 @@ class PythonVariant:
     """A variant that runs the user's code on every call: always current, never fast."""
 
     replays_python = True
+    any_shapes = False
 
     def __init__(self, call: Callable[..., Any], guard: Guard, note: str, kind: str) -> None:
         self._call = call

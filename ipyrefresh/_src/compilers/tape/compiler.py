@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...snapshot import Guard
+from ...guard import Guard
 from ..autograd import plain, reference
 from ..base import PythonVariant, Request, Traced, Transform, Variant
 from . import patches
@@ -30,6 +30,7 @@ class TapeVariant:
     """A tape, generated into Python at its first replay."""
 
     replays_python = False
+    any_shapes = False
 
     def __init__(self, tape: Tape, request: Request, guard: Guard) -> None:
         self.guard = guard
@@ -83,6 +84,8 @@ class TapeCompiler:
     def trace(
         self, fn: Any, request: Request, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Traced:
+        if request.transform is Transform.JIT:
+            raise TypeError("jit needs the JAX backend (ipyrefresh.jax.jit)")
         broken = patches.install()
         if broken:
             return Traced(reference(fn, request, args, kwargs), unsupported=broken)

@@ -1,0 +1,69 @@
+"""A guard: everything one build read, checked before its artifact answers a call.
+
+Built by the walk (``snapshot.Walker``), compiled to straight-line code on first use
+(``guardgen``), checked at every call of the derivative (``handles``, ``engine``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .nodes import Mismatch, Node
+from .readers import Reader
+
+Check = Callable[[Any, tuple[Any, ...], dict[str, Any], bool], Mismatch | None]
+
+
+@dataclass(eq=False)
+class Guard:
+    """``env`` covers the code and data the function reaches (a failure means the cached
+    artifact is stale); ``args`` the non-differentiated arguments (a failure means this
+    artifact does not apply to these arguments; another variant may)."""
+
+    env: list[tuple[Reader, Node]] = field(default_factory=list)
+    args: list[tuple[Reader, Node]] = field(default_factory=list)
+    unguardable: str = ""
+    notes: list[str] = field(default_factory=list)
+    rngs: list[tuple[str, Any]] = field(default_factory=list)  # (label, generator)
+    labels: list[str] = field(default_factory=list)  # what the guard covers, for %callgraph
+    #: (caller, callee) labels of calls visible in the code (for %callgraph)
+    edges: dict[tuple[str, str], str] = field(default_factory=dict)
+    size: int = 0
+    _checks: tuple[Check, Check] | None = None
+
+    def add(self, roots: list[tuple[Reader, Node]]) -> None:
+        """More code and data to check (before the guard is first used)."""
+        self.env += roots
+        self._checks = None
+
+    def _compiled(self) -> tuple[Check, Check]:
+        checks = self._checks
+        if checks is None:
+            from .guardgen import compile_guard
+
+            checks = self._checks = compile_guard(self.env, self.args)
+        return checks
+
+    def check(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Mismatch | None:
+        """Code, data and arguments, array contents included: may this build answer?"""
+        return self._compiled()[1](fn, args, kwargs, True)
+
+    def check_env(self, fn: Any, deep: bool = True) -> Mismatch | None:
+        """Only the code and data (``deep=False``: without array contents)."""
+        return self._compiled()[0](fn, (), {}, deep)
+
+    def check_interpreted(
+        self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], deep: bool = True
+    ) -> Mismatch | None:
+        """The same verdict as :meth:`check`, node by node (the reference for tests)."""
+        for reader, node in self.env:
+            bad = node.check(reader.read(fn, args, kwargs), deep)
+            if bad is not None:
+                return bad
+        for reader, node in self.args:
+            bad = node.check(reader.read(fn, args, kwargs), deep)
+            if bad is not None:
+                return Mismatch(bad.subject, bad.kind, True)
+        return None

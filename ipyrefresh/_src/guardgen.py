@@ -1,0 +1,329 @@
+"""Compile a guard into one straight-line Python function (TorchDynamo's model).
+
+The nodes of ``nodes.py`` define what each check means, and can check themselves
+(``node.check``). For the call path, the checks of a guard are emitted as straight-line
+code instead, so that a cache hit costs a few dictionary reads and identity compares per
+value rather than a method call per node: identity (through a weak reference), scalar
+values, a dict's length, keys and values, an array's layout and digest, a function's
+code, defaults, closure cells, attributes and gradient rule. Node kinds with no emitter
+here, and large containers, are checked by calling ``node.check`` from the generated
+code. Both give the same verdict (``tests/test_guardgen.py`` checks that they do).
+
+The generated function takes ``(fn, args, kwargs, deep)`` and returns ``None`` when
+everything holds, else the :class:`~ipyrefresh._src.nodes.Mismatch` of the first check
+that failed (marked ``arg`` when it is about an argument).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from autograd.core import primitive_vjps
+
+from .changes import ChangeKind
+from .code import GENERATED_FILE
+from .digest import array_digest
+from .guard import Check
+from .nodes import (
+    MISSING,
+    Absent,
+    Array,
+    Cell,
+    Function,
+    Identity,
+    Instance,
+    Map,
+    Mismatch,
+    Node,
+    Primitive,
+    Scalar,
+    ScalarSeq,
+    Seq,
+    iterate,
+    same_scalar,
+    same_scalars,
+)
+from .readers import ArgReader, FixedReader, NameReader, Reader, TargetReader
+
+#: Containers up to this size are unrolled; larger ones call their node's check.
+_UNROLL = 24
+_names = itertools.count()
+
+
+def _cell(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return MISSING
+
+
+class _Emitter:
+    def __init__(self) -> None:
+        self.ns: dict[str, Any] = {
+            "MISSING": MISSING,
+            "_dget": dict.get,
+            "_iterate": iterate,
+            "_tuple": tuple,
+            "_type": type,
+            "_len": len,
+            "_same": same_scalar,
+            "_same_all": same_scalars,
+            "_digest": array_digest,
+            "_cell": _cell,
+            "_vjps": primitive_vjps.get,
+        }
+        self.lines: list[str] = []
+        self._k = itertools.count()
+        self._v = itertools.count()
+        self._consts: dict[int, str] = {}
+        self._keep: list[Any] = []
+
+    def const(self, value: Any) -> str:
+        name = self._consts.get(id(value))
+        if name is None:
+            name = self._consts[id(value)] = f"K{next(self._k)}"
+            self.ns[name] = value
+            self._keep.append(value)
+        return name
+
+    def var(self) -> str:
+        return f"v{next(self._v)}"
+
+    def line(self, text: str, indent: int = 1) -> None:
+        self.lines.append("    " * indent + text)
+
+    def fail(self, cond: str, mismatch: str) -> None:
+        self.line(f"if {cond}: return {mismatch}")
+
+    def mismatch(self, node: Node, kind: ChangeKind, arg: bool) -> str:
+        return self.const(Mismatch(node.label, kind, arg))
+
+    def node_fail(self, node: Node, v: str, arg: bool, kind: ChangeKind | None = None) -> str:
+        """The mismatch ``node.fail(v, kind)`` would give (DELETED for MISSING)."""
+        deleted = self.mismatch(node, ChangeKind.DELETED, arg)
+        other = self.mismatch(node, kind or ChangeKind.REBOUND, arg)
+        return f"({deleted} if {v} is MISSING else {other})"
+
+    # -- nodes --------------------------------------------------------------------------
+    def emit(self, node: Node, v: str, arg: bool) -> None:
+        emitter = _EMITTERS.get(type(node))
+        if emitter is None:
+            self.delegate(node, v, arg)
+        else:
+            emitter(self, node, v, arg)
+
+    def delegate(self, node: Node, v: str, arg: bool) -> None:
+        """Call the node's own check; arguments' mismatches are marked as such."""
+        n = self.const(node)
+        bad = self.var()
+        if arg:
+            self.line(f"{bad} = {n}.check({v}, deep)")
+            self.line(f"if {bad} is not None: return {self.const(_mark_arg)}({bad})")
+        else:
+            self.fail(f"({bad} := {n}.check({v}, deep)) is not None", bad)
+
+
+def _mark_arg(bad: Mismatch) -> Mismatch:
+    return Mismatch(bad.subject, bad.kind, True)
+
+
+def _absent(e: _Emitter, node: Node, v: str, arg: bool) -> None:
+    e.fail(f"{v} is not MISSING", e.mismatch(node, ChangeKind.DEFINED, arg))
+
+
+def _scalar(e: _Emitter, node: Node, v: str, arg: bool) -> None:
+    assert isinstance(node, Scalar)
+    k = e.const(node.value)
+    e.fail(f"{v} is not {k} and not _same({v}, {k})", e.node_fail(node, v, arg))
+
+
+def _identity(e: _Emitter, node: Node, v: str, arg: bool) -> None:
+    assert isinstance(node, Identity)
+    e.fail(f"{v} is not {e.const(node.ref)}()", e.node_fail(node, v, arg, node.kind))
+
+
+def _primitive(e: _Emitter, node: Node, v: str, arg: bool) -> None:
+    assert isinstance(node, Primitive)
+    e.fail(f"{v} is not {e.const(node.ref)}()", e.node_fail(node, v, arg, ChangeKind.REDEFINED))
+    rule = e.const(node.rule)
+    e.fail(f"_vjps({v}, MISSING) is not {rule}", e.mismatch(node, ChangeKind.RULE_CHANGED, arg))
+
+
+def _function(e: _Emitter, node: Node, v: str, arg: bool) -> None:
+    assert isinstance(node, Function)
+    e.fail(f"{v} is not {e.const(node.ref)}()", e.node_fail(node, v, arg, ChangeKind.REDEFINED))
+    code = e.const(node.code)
+    e.fail(f"{v}.__code__ is not {code}", e.mismatch(node, ChangeKind.CODE_CHANGED, arg))
+    for attr, part in (("__defaults__", node.defaults), ("__kwdefaults__", node.kwdefaults)):
+        if part is not None:
+            w = e.var()
+            e.line(f"{w} = {v}.{attr}")
+            e.emit(part, w, arg)
+    if node.cells:
+        cl = e.var()
+        e.line(f"{cl} = {v}.__closure__")
+        for i, cell in enumerate(node.cells):
+            w = e.var()
+            e.line(f"{w} = _cell({cl}[{i}])")
+            e.emit(cell, w, arg)
+    if node.attrs is not None:
+        w = e.var()
+        e.line(f"{w} = {v}.__dict__")
+        e.emit(node.attrs, w, arg)
+    rule = e.const(node.rule)
+    e.fail(f"_vjps({v}, MISSING) is not {rule}", e.mismatch(node, ChangeKind.RULE_CHANGED, arg))
+
+
+def _cellnode(e: _Emitter, node: Node, v: str, arg: bool) -> None:
+    """A closure cell holding a plain value: "h's closed-over a closed-over value changed"."""
+    assert isinstance(node, Cell)
+    inner, changed = node.inner, e.mismatch(node, ChangeKind.CLOSURE_CHANGED, arg)
+    if type(inner) is Scalar:
+        k = e.const(inner.value)
+        e.fail(f"{v} is not {k} and not _same({v}, {k})", changed)
+    elif type(inner) is Identity:
+        e.fail(f"{v} is not {e.const(inner.ref)}()", changed)
+    elif type(inner) is Absent:
+        e.fail(f"{v} is not MISSING", changed)
+    else:
+        e.delegate(node, v, arg)
+
+
+def _array(e: _Emitter, node: Node, v: str, arg: bool) -> None:
+    assert isinstance(node, Array)
+    t = e.const(node.type)
+    if node.ref is not None:
+        e.fail(f"{v} is not {e.const(node.ref)}()", e.node_fail(node, v, arg))
+    else:
+        e.fail(f"_type({v}) is not {t}", e.node_fail(node, v, arg))
+    shape, dtype, strides = e.const(node.shape), e.const(node.dtype), e.const(node.strides)
+    e.fail(
+        f"{v}.shape != {shape} or {v}.dtype != {dtype} or {v}.strides != {strides}",
+        e.mismatch(node, ChangeKind.RESHAPED, arg),
+    )
+    e.fail(f"deep and _digest({v}) != {node.digest!r}", e.mismatch(node, ChangeKind.MUTATED, arg))
+
+
+def _scalar_seq(e: _Emitter, node: Node, v: str, arg: bool) -> None:
+    assert isinstance(node, ScalarSeq)
+    t, values = e.const(node.type), e.const(node.values)
+    e.fail(f"_type({v}) is not {t}", e.node_fail(node, v, arg))
+    items = v if node.type is tuple else f"_tuple(_iterate({v}))"
+    e.fail(
+        f"{v} is not {values} and not _same_all({items}, {values})",
+        e.mismatch(node, ChangeKind.MUTATED, arg),
+    )
+
+
+def _seq(e: _Emitter, node: Node, v: str, arg: bool) -> None:
+    assert isinstance(node, Seq)
+    if len(node.items) > _UNROLL:
+        return e.delegate(node, v, arg)
+    e.fail(f"_type({v}) is not {e.const(node.type)}", e.node_fail(node, v, arg))
+    items = e.var()
+    e.line(f"{items} = _tuple(_iterate({v}))")
+    e.fail(f"_len({items}) != {len(node.items)}", e.mismatch(node, ChangeKind.MUTATED, arg))
+    for i, item in enumerate(node.items):
+        w = e.var()
+        e.line(f"{w} = {items}[{i}]")
+        e.emit(item, w, arg)
+    return None
+
+
+def _map(e: _Emitter, node: Node, v: str, arg: bool) -> None:
+    assert isinstance(node, Map)
+    if len(node.keys) > _UNROLL or node.default is not None or type(node) is not Map:
+        return e.delegate(node, v, arg)
+    e.fail(f"_type({v}) is not {e.const(node.type)}", e.node_fail(node, v, arg))
+    changed = e.mismatch(node, ChangeKind.MUTATED, arg)
+    e.fail(f"_len({v}) != {len(node.keys)}", changed)
+    values = []
+    for key in node.keys:
+        w = e.var()
+        e.line(f"{w} = _dget({v}, {e.const(key)}, MISSING)")
+        e.fail(f"{w} is MISSING", changed)
+        values.append(w)
+    # Every key is there and there are no others: the order check compares plain keys.
+    if len(node.keys) > 1:
+        e.fail(f"_tuple(_iterate({v})) != {e.const(node.keys)}", changed)
+    for key_node, w in zip(node.values, values, strict=True):
+        e.emit(key_node, w, arg)
+    return None
+
+
+def _instance(e: _Emitter, node: Node, v: str, arg: bool) -> None:
+    assert isinstance(node, Instance)
+    if node.slots:
+        return e.delegate(node, v, arg)
+    cond = f"_type({v}) is not {e.const(node.cls)}()"
+    if node.ref is not None:
+        cond += f" or {v} is not {e.const(node.ref)}()"
+    e.fail(cond, e.node_fail(node, v, arg))
+    if node.attrs is not None:
+        w = e.var()
+        e.line(f"{w} = {e.const(node.dict_descr)}.__get__({v})")
+        e.emit(node.attrs, w, arg)
+    return None
+
+
+_EMITTERS: dict[type, Callable[[_Emitter, Node, str, bool], None]] = {
+    Absent: _absent,
+    Scalar: _scalar,
+    Identity: _identity,
+    Primitive: _primitive,
+    Function: _function,
+    Cell: _cellnode,
+    Array: _array,
+    ScalarSeq: _scalar_seq,
+    Seq: _seq,
+    Map: _map,
+    Instance: _instance,
+}
+
+
+def _read(e: _Emitter, reader: Reader) -> str:
+    v = e.var()
+    if type(reader) is TargetReader:
+        e.line(f"{v} = fn")
+    elif type(reader) is NameReader:
+        e.line(f"{v} = _dget({e.const(reader.ns)}, {reader.name!r}, MISSING)")
+    elif type(reader) is ArgReader:
+        key = reader.key
+        if type(key) is int:
+            e.line(f"{v} = args[{key}] if {key} < _len(args) else MISSING")
+        else:
+            e.line(f"{v} = _dget(kwargs, {key!r}, MISSING)")
+    elif type(reader) is FixedReader:
+        e.line(f"{v} = {e.const(reader.get)}()")
+        e.line(f"if {v} is None: {v} = MISSING")
+    else:
+        e.line(f"{v} = {e.const(reader)}.read(fn, args, kwargs)")
+    return v
+
+
+def compile_guard(
+    env: list[tuple[Reader, Node]], args: list[tuple[Reader, Node]]
+) -> tuple[Check, Check]:
+    """Two functions ``(fn, args, kwargs, deep) -> Mismatch | None``: the code and data
+    (``env``), and everything (``env`` then the arguments)."""
+    e = _Emitter()
+    for reader, node in env:
+        e.emit(node, _read(e, reader), False)
+    env_lines = list(e.lines)
+    for reader, node in args:
+        e.emit(node, _read(e, reader), True)
+    n = next(_names)
+    source = (
+        f"def env_{n}(fn, args, kwargs, deep):\n"
+        + "\n".join(env_lines)
+        + "\n    return None\n"
+        + f"def full_{n}(fn, args, kwargs, deep):\n"
+        + "\n".join(e.lines)
+        + "\n    return None\n"
+    )
+    exec(compile(source, GENERATED_FILE, "exec"), e.ns)
+    env_check, full_check = e.ns[f"env_{n}"], e.ns[f"full_{n}"]
+    full_check.source = source  # for reading it when debugging: guard._compiled()[1].source
+    return env_check, full_check
