@@ -1,21 +1,24 @@
 """The main job: execute notebooks/quickstart.ipynb in a real kernel and tell the story.
 
-Usage: python scripts/demo.py [notebook] — writes the executed notebook under build/ and
-prints each cell's output. Exits non-zero if any cell failed (the notebook asserts that
-ipyrefresh agrees with a fresh autograd computation at every step).
+Usage: python scripts/demo.py [notebook] — prints every cell as it would appear in a
+console (``In [n]:`` and the whole source, then its output) and writes the executed
+notebook under build/. Exits non-zero if any cell failed: the notebook asserts that
+ipyrefresh agrees with a fresh autograd computation at every step.
 """
 
 from __future__ import annotations
 
 import sys
+import textwrap
 from pathlib import Path
+from typing import Any
 
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 
-def text_of(output: dict) -> str:
+def text_of(output: Any) -> str:
     if output["output_type"] == "stream":
         return str(output["text"])
     if output["output_type"] in ("execute_result", "display_data"):
@@ -23,6 +26,28 @@ def text_of(output: dict) -> str:
     if output["output_type"] == "error":
         return f"{output['ename']}: {output['evalue']}\n"
     return ""
+
+
+def show(nb: Any) -> None:
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            title, _, rest = cell.source.partition("\n")
+            level = len(title) - len(title.lstrip("#"))
+            title = title.lstrip("# ")
+            print(f"\n{title.upper()}" if level == 1 else f"\n--- {title} ---" if level else "")
+            if not level:
+                rest = cell.source
+            for paragraph in rest.strip().split("\n\n"):
+                if paragraph:
+                    text = " ".join(paragraph.split())
+                    print(textwrap.fill(text, 88, initial_indent="  ", subsequent_indent="  "))
+            continue
+        prompt = f"In [{cell.get('execution_count') or ' '}]: "
+        for i, line in enumerate(cell.source.splitlines()):
+            print((prompt if i == 0 else " " * (len(prompt) - 5) + "...: ") + line)
+        for output in cell.get("outputs", []):
+            for line in text_of(output).rstrip("\n").splitlines():
+                print(f"    {line}")
 
 
 def main(argv: list[str]) -> int:
@@ -38,16 +63,7 @@ def main(argv: list[str]) -> int:
     out_dir.mkdir(exist_ok=True)
     target = out_dir / source.name
     nbformat.write(nb, target)
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            first = cell.source.splitlines()[0].lstrip("# ")
-            print(f"\n== {first}")
-            continue
-        shown = cell.source.strip().splitlines()
-        print("  >>> " + (shown[0] if shown else ""))
-        for output in cell.get("outputs", []):
-            for line in text_of(output).rstrip("\n").splitlines():
-                print(f"      {line}")
+    show(nb)
     print(f"\nExecuted notebook written to {target}")
     if failed is not None:
         print(f"\nDEMO FAILED: {failed}", file=sys.stderr)

@@ -240,9 +240,12 @@ def _edges(log: CallLog, fn: Any, label: str) -> dict[tuple[str, str], str]:
     for (caller, code), globs in log.calls.items():
         callee = label if code is root_code else codefacts.qualname(code)
         names[code] = callee
-        if caller is None or code is root_code or not codefacts.is_user_frame(code, globs):
+        if code is root_code or not codefacts.is_user_frame(code, globs):
             continue  # (generated helpers of libraries, namedtuple's __new__, are not shown)
-        src = label if caller is root_code else names.get(caller, codefacts.qualname(caller))
+        if caller is None or caller is root_code:  # called by autograd: a primitive's code
+            src = label
+        else:
+            src = names.get(caller, codefacts.qualname(caller))
         edges[(src, callee)] = "dynamic"
     return edges
 

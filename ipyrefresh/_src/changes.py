@@ -56,10 +56,12 @@ INTERNAL = frozenset(
 
 @dataclass(frozen=True)
 class CellRef:
-    """A notebook cell: its execution count and, in Jupyter front ends, its cell id."""
+    """A notebook cell: its execution count and, in Jupyter front ends, its cell id.
+    ``ended``: as it was at the end of the cell (a check after it), not during it."""
 
     count: int | None
     cell_id: str | None = None
+    ended: bool = False
 
 
 class Detection(enum.Enum):
@@ -101,7 +103,11 @@ class Change:
     def when(self) -> str:
         """' in cell [N]' when the cell is known, ' since cell [M]' when only a bound is."""
         cell, since = self.cell, self.since
-        exact = self.detection is Detection.AFTER_CELL or (since is not None and since == cell)
+        exact = self.detection is Detection.AFTER_CELL
+        if since is not None and cell is not None and cell.count is not None:
+            same = since.count == cell.count and not since.ended
+            right_after = since.ended and since.count is not None and since.count + 1 == cell.count
+            exact = exact or same or right_after
         if exact and cell is not None and cell.count is not None:
             return f" in cell [{cell.count}]"
         if since is not None and since.count is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import random
 import sys
 import threading
@@ -277,6 +278,8 @@ class Engine:
                         entry.drop(variant, self._change(bad, detection, entry))
                 if entry.state is not State.FRESH:
                     went += 1
+                elif detection is Detection.AFTER_CELL and self.cell is not None:
+                    entry.checked(dataclasses.replace(self.cell, ended=True))
                 else:
                     entry.checked(self.cell)
         return went
