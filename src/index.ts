@@ -10,6 +10,7 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { DerivativesButton } from './button';
 import { ChannelRegistry } from './channel';
 import { follow } from './follow';
+import { focusSettled } from './popup';
 import { SubjectRegistry } from './subject';
 import { addToolbarItems } from './toolbar';
 
@@ -96,7 +97,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
       label: 'ipyrefresh: Show Derivatives',
       caption: "List the derivatives in the notebook's kernel and why any is stale",
       isEnabled: () => button() !== null,
-      execute: () => button()?.open(true)
+      execute: async () => {
+        // Run from the palette, the palette closes after this returns and gives the
+        // focus back to the notebook, which hands it on to its active cell (posted
+        // messages, a frame each). Let the focus settle first, then move it into the list.
+        await focusSettled();
+        button()?.open(true);
+      }
     });
     if (palette) {
       palette.addItem({ command: CommandIDs.refresh, category: 'ipyrefresh' });

@@ -139,3 +139,18 @@ export class AnchoredPopup extends Widget {
   private _resizer: ResizeObserver;
   private _returnTo: HTMLElement | null = null;
 }
+
+/**
+ * Resolve once the focus has stayed on one element for two animation frames (at most
+ * `maxFrames`): widgets hand the focus on through posted messages, one frame a hop.
+ */
+export async function focusSettled(maxFrames = 12): Promise<void> {
+  const frame = () => new Promise<void>(resolve => requestAnimationFrame(() => resolve()));
+  let last = document.activeElement;
+  let stable = 0;
+  for (let i = 0; i < maxFrames && stable < 2; i++) {
+    await frame();
+    stable = document.activeElement === last ? stable + 1 : 0;
+    last = document.activeElement;
+  }
+}
