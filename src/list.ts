@@ -126,6 +126,7 @@ export class DerivativesList extends Widget {
     if (state.report) {
       const report = el('p', 'ipyrefresh-List-report', describeRefresh(state.report.refreshed));
       report.setAttribute('role', 'status');
+      report.dataset.failed = String(state.report.refreshed.failed.length > 0);
       node.appendChild(report);
     }
     if (state.notice) {

@@ -159,7 +159,7 @@ export function pendingText(state: IViewState): string | null {
 export function describeRefresh(r: IRefreshed): string {
   const parts: string[] = [];
   if (r.rebuilt.length) {
-    parts.push(`Rebuilt ${r.rebuilt.join(', ')}`);
+    parts.push(`rebuilt ${r.rebuilt.join(', ')}`);
   }
   if (r.pending.length) {
     parts.push(`${r.pending.join(', ')} will rebuild at the next call`);
@@ -167,7 +167,8 @@ export function describeRefresh(r: IRefreshed): string {
   if (r.failed.length) {
     parts.push(`failed: ${r.failed.join('; ')}`);
   }
-  return parts.length ? `${parts.join('; ')}.` : 'Nothing was stale.';
+  const text = parts.join('; ').replace(/\.$/, '');
+  return text ? `${text[0].toUpperCase()}${text.slice(1)}.` : 'Nothing was stale.';
 }
 
 /** How the list names a cell: its position and its first line. */

@@ -82,6 +82,10 @@ test('refresh reports and cell names', () => {
     'Rebuilt grad(h); hessian(f) will rebuild at the next call.'
   );
   assert.equal(describeRefresh({ name: null, rebuilt: [], pending: [], failed: [] }), 'Nothing was stale.');
+  assert.equal(
+    describeRefresh({ name: null, rebuilt: [], pending: [], failed: ['grad(h): ValueError: no.'] }),
+    'Failed: grad(h): ValueError: no.'
+  );
   assert.equal(cellName(2, '\ndef g(x):\n    return x'), 'cell 2: def g(x):');
   assert.equal(cellName(3, ''), 'cell 3');
   assert.equal(cellName(1, 'x'.repeat(60)).length, 'cell 1: '.length + 40);
