@@ -234,7 +234,7 @@ def chromium() -> Iterator[Any]:
 @contextmanager
 def new_page(browser: Any, **context_options: Any) -> Iterator[Any]:
     """A page in a fresh browser context; fails the test on an uncaught ipyrefresh error."""
-    context = browser.new_context(viewport={"width": 1280, "height": 720}, **context_options)
+    context = browser.new_context(**{"viewport": {"width": 1280, "height": 720}, **context_options})
     context.set_default_timeout(QUICK)
     page = context.new_page()
     errors: list[str] = []
