@@ -1,5 +1,6 @@
 """Refresh after restarts, in a real JupyterLab and headless Chromium, with "Kernel Comms
-over subshells" on (JupyterLab 4.6's default, one subshell per comm target) and off.
+over subshells" on (JupyterLab 4.6's default, one subshell per comm target; and one per
+comm) and off.
 
 JupyterLab keeps a subshell id across a restart that the new kernel process does not
 have; the kernel then drops every comm message sent over it ("Unknown subshell_id").
@@ -43,7 +44,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 DROPPED = re.compile(r"Cannot handle comm_\w+ .*Unknown subshell_id")
 
 
-@pytest.fixture(scope="module", params=["perCommTarget", "disabled"])
+@pytest.fixture(scope="module", params=["perCommTarget", "perComm", "disabled"])
 def lab(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
