@@ -60,12 +60,16 @@ export interface IRefreshed {
   failed: string[];
 }
 
-/** A message from the kernel, after validation. `req` answers our request of that number. */
+/**
+ * A message from the kernel, after validation. `req` answers our request of that number.
+ * `unnumbered`: the kernel does not number its answers (schema 1), so this one answers
+ * whatever request of its kind is waiting.
+ */
 export type KernelMessage =
-  | { type: 'status'; req: number | null; status: IStatus }
-  | { type: 'refreshed'; req: number | null; report: IRefreshed }
+  | { type: 'status'; req: number | null; unnumbered: boolean; status: IStatus }
+  | { type: 'refreshed'; req: number | null; unnumbered: boolean; report: IRefreshed }
   | { type: 'unloaded' }
-  | { type: 'error'; req: number | null; message: string }
+  | { type: 'error'; req: number | null; unnumbered: boolean; message: string }
   | { type: 'incompatible'; schema: unknown };
 
 /** Messages the front end sends. */
@@ -163,6 +167,7 @@ export function parseMessage(data: unknown): KernelMessage | null {
     return { type: 'incompatible', schema: data.schema };
   }
   const req = intOrNull(data.req);
+  const unnumbered = data.schema === 1;
   switch (data.type) {
     case 'status': {
       const entries: IEntry[] = [];
@@ -175,6 +180,7 @@ export function parseMessage(data: unknown): KernelMessage | null {
       return {
         type: 'status',
         req,
+        unnumbered,
         status: {
           instance: text(data.instance),
           seq: count(data.seq),
@@ -197,6 +203,7 @@ export function parseMessage(data: unknown): KernelMessage | null {
       return {
         type: 'refreshed',
         req,
+        unnumbered,
         report: {
           name: typeof data.name === 'string' ? data.name : null,
           rebuilt: texts(data.rebuilt),
@@ -207,7 +214,7 @@ export function parseMessage(data: unknown): KernelMessage | null {
     case 'unloaded':
       return { type: 'unloaded' };
     case 'error':
-      return { type: 'error', req, message: text(data.message) };
+      return { type: 'error', req, unnumbered, message: text(data.message) };
     default:
       return null;
   }

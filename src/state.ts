@@ -87,9 +87,20 @@ export function fingerprint(s: IStatus): string {
   ]);
 }
 
-function answered(state: IViewState, req: number | null): IPending[] {
+/** What is still pending once a message answering `req` (or, unnumbered, `kinds`) came. */
+function answered(
+  state: IViewState,
+  event: { req: number | null; unnumbered: boolean },
+  kinds: RequestKind[]
+): IPending[] {
+  if (event.unnumbered) {
+    return state.pending.filter(p => !kinds.includes(p.kind));
+  }
+  const req = event.req;
   return req === null ? state.pending : state.pending.filter(p => p.req !== req);
 }
+
+const ANY: RequestKind[] = ['probe', 'request', 'refresh'];
 
 /** Any message from the kernel shows it is alive: a "no answer" problem is over. */
 function alive(problem: IProblem | null): IProblem | null {
@@ -162,12 +173,12 @@ export function reduce(state: IViewState, event: ChannelEvent): IViewState {
       return {
         ...state,
         problem,
-        pending: answered(state, event.req),
+        pending: state.pending.filter(p => p.req !== event.req),
         phase: mine.kind === 'probe' && state.phase !== 'on' ? 'noanswer' : state.phase
       };
     }
     case 'status': {
-      const pending = answered(state, event.req);
+      const pending = answered(state, event, ['probe', 'request']);
       // One kernel-side channel numbers its messages; an older one from the same
       // channel (a second comm answering late) is dropped. A new channel (reload,
       // restart, another kernel) counts from 1 again and is always taken.
@@ -200,14 +211,14 @@ export function reduce(state: IViewState, event: ChannelEvent): IViewState {
     case 'refreshed':
       return {
         ...state,
-        pending: answered(state, event.req),
+        pending: answered(state, event, ['refresh']),
         report: { refreshed: event.report, basis: null },
         problem: alive(state.problem)
       };
     case 'error':
       return {
         ...state,
-        pending: answered(state, event.req),
+        pending: answered(state, event, ANY),
         problem: { kind: 'error', text: event.message }
       };
     case 'unloaded':

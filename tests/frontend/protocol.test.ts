@@ -16,6 +16,7 @@ test('a schema 2 status message is read in full', () => {
   const m = parseMessage(statusData({ req: 4 }));
   assert.ok(m && m.type === 'status');
   assert.equal(m.req, 4);
+  assert.equal(m.unnumbered, false);
   assert.equal(m.status.fresh, 5);
   assert.equal(m.status.backend, 'autograd');
   assert.deepEqual(m.status.entries[0].reasons[0], {
@@ -45,6 +46,7 @@ test('schema 1 (ipyrefresh 0.1 kernels) is still read: sentences, "error", no re
   });
   assert.ok(m && m.type === 'status');
   assert.equal(m.req, null);
+  assert.equal(m.unnumbered, true);
   assert.equal(m.status.failed, 1);
   const [entry] = m.status.entries;
   assert.equal(entry.state, 'failed');

@@ -144,3 +144,15 @@ test('probing: once per kernel start, when it is up', () => {
   const dead = reduce(INITIAL, { type: 'kernel', status: 'dead' });
   assert.equal(shouldProbe(dead, 'dead', false), false);
 });
+
+test('a schema 1 kernel does not number its answers: they answer what is waiting', () => {
+  let s = reduce(INITIAL, { type: 'sent', req: 1, kind: 'probe' });
+  s = run(s, statusData({ schema: 1, req: undefined }));
+  assert.equal(s.phase, 'on');
+  assert.deepEqual(s.pending, [], 'an old kernel answering the probe must not look silent');
+  s = reduce(s, { type: 'sent', req: 2, kind: 'refresh' });
+  s = run(s, statusData({ schema: 1, seq: 2 })); // a pushed status: not the refresh's answer
+  assert.equal(s.pending.length, 1);
+  s = run(s, <Raw>{ type: 'refreshed', schema: 1, rebuilt: ['grad(h)'], pending: [], failed: [] });
+  assert.deepEqual(s.pending, []);
+});
