@@ -1,5 +1,5 @@
 /**
- * The ipyrefresh comm protocol (schema 1) and the status item's state machine.
+ * The ipyrefresh comm protocol: message shapes, validation and the messages we send.
  *
  * Pure functions only, no JupyterLab imports: the unit tests in tests/frontend run this file
  * under node. docs/frontend.md describes the messages; ipyrefresh/ipython/comm.py is the
@@ -7,16 +7,31 @@
  */
 
 export const TARGET = 'ipyrefresh';
-export const SCHEMA = 1;
+/** The schema this front end speaks; it also reads schema 1 (ipyrefresh 0.1 kernels). */
+export const SCHEMA = 2;
+const READABLE = [1, 2];
 
-export type EntryState = 'fresh' | 'stale' | 'error';
+export type EntryState = 'fresh' | 'stale' | 'failed' | 'unbuilt';
+
+/** Why a derivative is stale: "g redefined" in the cell with id `cellId`. */
+export interface IReason {
+  /** The kernel's full sentence, e.g. "g redefined in cell [6]". */
+  text: string;
+  /** The sentence without its "in cell [N]" tail, e.g. "g redefined". */
+  what: string;
+  subject: string;
+  /** The execution count of the cell (repeats after a restart: only for the text). */
+  cell: number | null;
+  /** The Jupyter cell id, when the kernel knows which cell it was. */
+  cellId: string | null;
+}
 
 export interface IEntry {
   id: number;
   name: string;
   target: string;
   state: EntryState;
-  reasons: string[];
+  reasons: IReason[];
   error: string | null;
 }
 
@@ -26,14 +41,16 @@ export interface IStatus {
   seq: number;
   fresh: number;
   stale: number;
-  error: number;
+  failed: number;
+  unbuilt: number;
   total: number;
-  world: number;
+  truncated: number;
   mode: string;
   compiler: string;
+  backend: string;
+  internalErrors: number;
   entries: IEntry[];
-  truncated: number;
-  changes: string[];
+  changes: IReason[];
 }
 
 export interface IRefreshed {
@@ -43,58 +60,30 @@ export interface IRefreshed {
   failed: string[];
 }
 
-/** A message from the kernel, after validation. */
+/**
+ * A message from the kernel, after validation. `req` answers our request of that number.
+ * `unnumbered`: the kernel does not number its answers (schema 1), so this one answers
+ * whatever request of its kind is waiting.
+ */
 export type KernelMessage =
-  | { type: 'status'; status: IStatus }
-  | { type: 'refreshed'; report: IRefreshed }
+  | { type: 'status'; req: number | null; unnumbered: boolean; status: IStatus }
+  | { type: 'refreshed'; req: number | null; unnumbered: boolean; report: IRefreshed }
   | { type: 'unloaded' }
-  | { type: 'error'; message: string }
+  | { type: 'error'; req: number | null; unnumbered: boolean; message: string }
   | { type: 'incompatible'; schema: unknown };
 
 /** Messages the front end sends. */
 export type FrontEndMessage =
-  | { type: 'request' }
-  | { type: 'refresh'; name: string | null };
+  | { type: 'request'; req: number }
+  | { type: 'refresh'; name: string | null; req: number };
 
-export function requestMessage(): FrontEndMessage {
-  return { type: 'request' };
+export function requestMessage(req: number): FrontEndMessage {
+  return { type: 'request', req };
 }
 
-export function refreshMessage(name?: string | null): FrontEndMessage {
-  return { type: 'refresh', name: name ? name : null };
+export function refreshMessage(req: number, name?: string | null): FrontEndMessage {
+  return { type: 'refresh', name: name ? name : null, req };
 }
-
-/**
- * Where the item stands with one kernel.
- *
- * - `none`: no kernel (or not yet connected);
- * - `probing`: the comm was opened, no answer yet;
- * - `off`: the kernel answered that it has no ipyrefresh loaded (or unloaded it);
- * - `on`: ipyrefresh is loaded and `status` is its latest report;
- * - `restarting`, `dead`: what the kernel is doing.
- */
-export type Phase = 'none' | 'probing' | 'off' | 'on' | 'restarting' | 'dead';
-
-export interface IViewState {
-  phase: Phase;
-  status: IStatus | null;
-  lastRefresh: IRefreshed | null;
-  problem: string | null;
-}
-
-export const INITIAL: IViewState = {
-  phase: 'none',
-  status: null,
-  lastRefresh: null,
-  problem: null
-};
-
-/** Events the reducer understands: kernel messages plus what the channel observes. */
-export type ChannelEvent =
-  | KernelMessage
-  | { type: 'probe' }
-  | { type: 'closed' }
-  | { type: 'kernel'; status: string };
 
 function isObject(x: unknown): x is Record<string, unknown> {
   return typeof x === 'object' && x !== null && !Array.isArray(x);
@@ -102,6 +91,10 @@ function isObject(x: unknown): x is Record<string, unknown> {
 
 function count(x: unknown): number {
   return typeof x === 'number' && Number.isFinite(x) && x >= 0 ? Math.floor(x) : 0;
+}
+
+function intOrNull(x: unknown): number | null {
+  return typeof x === 'number' && Number.isInteger(x) ? x : null;
 }
 
 function text(x: unknown): string {
@@ -112,8 +105,40 @@ function texts(x: unknown): string[] {
   return Array.isArray(x) ? x.map(text) : [];
 }
 
+const IN_CELL = /^([\s\S]*) in cell \[(\d+)\]$/;
+
+/** A reason from schema 2 (an object) or schema 1 (a sentence). */
+export function parseReason(x: unknown): IReason {
+  if (!isObject(x)) {
+    const sentence = text(x);
+    const match = IN_CELL.exec(sentence);
+    return {
+      text: sentence,
+      what: match ? match[1] : sentence,
+      subject: '',
+      cell: match ? Number(match[2]) : null,
+      cellId: null
+    };
+  }
+  const sentence = text(x.text);
+  return {
+    text: sentence,
+    what: text(x.what) || sentence,
+    subject: text(x.subject),
+    cell: intOrNull(x.cell),
+    cellId: typeof x.cell_id === 'string' && x.cell_id ? x.cell_id : null
+  };
+}
+
+function reasons(x: unknown): IReason[] {
+  return Array.isArray(x) ? x.map(parseReason) : [];
+}
+
 function entryState(x: unknown): EntryState {
-  return x === 'fresh' || x === 'error' ? x : 'stale';
+  if (x === 'error') {
+    return 'failed'; // schema 1's name
+  }
+  return x === 'fresh' || x === 'failed' || x === 'unbuilt' ? x : 'stale';
 }
 
 function parseEntry(x: unknown): IEntry | null {
@@ -125,54 +150,60 @@ function parseEntry(x: unknown): IEntry | null {
     name: text(x.name) || '?',
     target: text(x.target),
     state: entryState(x.state),
-    reasons: texts(x.reasons),
-    error: x.error === null || x.error === undefined ? null : text(x.error)
+    reasons: reasons(x.reasons),
+    error: x.error === null || x.error === undefined || x.error === '' ? null : text(x.error)
   };
 }
 
 /**
  * Validate a message's `data`. Unknown fields are ignored (a newer kernel may add some);
- * a different schema number is reported as `incompatible`; garbage gives `null`.
+ * a schema this front end cannot read is reported as `incompatible`; garbage gives `null`.
  */
 export function parseMessage(data: unknown): KernelMessage | null {
   if (!isObject(data) || typeof data.type !== 'string') {
     return null;
   }
-  if (data.schema !== SCHEMA) {
+  if (!READABLE.includes(data.schema as number)) {
     return { type: 'incompatible', schema: data.schema };
   }
+  const req = intOrNull(data.req);
+  const unnumbered = data.schema === 1;
   switch (data.type) {
     case 'status': {
       const entries: IEntry[] = [];
-      if (Array.isArray(data.entries)) {
-        for (const e of data.entries) {
-          const entry = parseEntry(e);
-          if (entry) {
-            entries.push(entry);
-          }
+      for (const e of Array.isArray(data.entries) ? data.entries : []) {
+        const entry = parseEntry(e);
+        if (entry) {
+          entries.push(entry);
         }
       }
       return {
         type: 'status',
+        req,
+        unnumbered,
         status: {
           instance: text(data.instance),
           seq: count(data.seq),
           fresh: count(data.fresh),
           stale: count(data.stale),
-          error: count(data.error),
+          failed: count(data.failed ?? data.error),
+          unbuilt: count(data.unbuilt),
           total: count(data.total),
-          world: count(data.world),
+          truncated: count(data.truncated),
           mode: text(data.mode),
           compiler: text(data.compiler),
+          backend: text(data.backend),
+          internalErrors: count(data.internal_errors),
           entries,
-          truncated: count(data.truncated),
-          changes: texts(data.changes)
+          changes: reasons(data.changes)
         }
       };
     }
     case 'refreshed':
       return {
         type: 'refreshed',
+        req,
+        unnumbered,
         report: {
           name: typeof data.name === 'string' ? data.name : null,
           rebuilt: texts(data.rebuilt),
@@ -183,145 +214,8 @@ export function parseMessage(data: unknown): KernelMessage | null {
     case 'unloaded':
       return { type: 'unloaded' };
     case 'error':
-      return { type: 'error', message: text(data.message) };
+      return { type: 'error', req, unnumbered, message: text(data.message) };
     default:
       return null;
   }
-}
-
-/** The next state after `event`. Never mutates `state`. */
-export function reduce(state: IViewState, event: ChannelEvent): IViewState {
-  switch (event.type) {
-    case 'probe':
-      return state.phase === 'on' ? state : { ...INITIAL, phase: 'probing' };
-    case 'status': {
-      // One kernel-side channel numbers its messages; an older one from the same
-      // channel (a second comm answering late) is dropped. A new channel (reload,
-      // restart, another kernel) counts from 1 again and is always taken.
-      if (
-        state.phase === 'on' &&
-        state.status !== null &&
-        event.status.instance === state.status.instance &&
-        event.status.seq <= state.status.seq
-      ) {
-        return state;
-      }
-      return { ...state, phase: 'on', status: event.status, problem: null };
-    }
-    case 'refreshed':
-      return { ...state, lastRefresh: event.report };
-    case 'unloaded':
-      return { ...INITIAL, phase: 'off' };
-    case 'closed':
-      // The kernel closed the comm: either it has no ipyrefresh (it refuses the target)
-      // or ipyrefresh was unloaded. Either way, nothing to show.
-      return state.phase === 'dead' || state.phase === 'restarting'
-        ? state
-        : { ...INITIAL, phase: 'off' };
-    case 'error':
-      return { ...state, problem: event.message };
-    case 'incompatible':
-      return {
-        ...INITIAL,
-        phase: 'off',
-        problem: `the kernel's ipyrefresh speaks message schema ${String(
-          event.schema
-        )}, this front end ${SCHEMA}: upgrade one of them`
-      };
-    case 'kernel':
-      switch (event.status) {
-        case 'restarting':
-        case 'autorestarting':
-          return { ...INITIAL, phase: 'restarting' };
-        case 'dead':
-          return { ...INITIAL, phase: 'dead' };
-        default:
-          return state;
-      }
-    default:
-      return state;
-  }
-}
-
-/** The status bar text. */
-export function label(state: IViewState): string {
-  switch (state.phase) {
-    case 'on': {
-      const s = state.status as IStatus;
-      const parts = [`${s.fresh} fresh`, `${s.stale} stale`];
-      if (s.error > 0) {
-        parts.push(`${s.error} failed`);
-      }
-      return `∂ ${parts.join(' · ')}`;
-    }
-    case 'probing':
-    case 'restarting':
-      return '∂ …';
-    case 'dead':
-      return '∂ off (kernel dead)';
-    default:
-      return '∂ off';
-  }
-}
-
-/** The tooltip. */
-export function title(state: IViewState): string {
-  switch (state.phase) {
-    case 'on': {
-      const s = state.status as IStatus;
-      const lines = [
-        `ipyrefresh: ${s.total} cached derivative${s.total === 1 ? '' : 's'}, ` +
-          `${s.fresh} fresh, ${s.stale} stale${s.error ? `, ${s.error} failed` : ''}`
-      ];
-      for (const e of s.entries) {
-        if (e.state !== 'fresh') {
-          lines.push(`${e.name}: ${e.reasons[0] ?? e.error ?? e.state}`);
-        }
-      }
-      lines.push('Click for the list and to refresh.');
-      return lines.join('\n');
-    }
-    case 'probing':
-      return 'ipyrefresh: asking the kernel…';
-    case 'restarting':
-      return 'ipyrefresh: the kernel is restarting';
-    case 'dead':
-      return 'ipyrefresh: the kernel is dead';
-    default:
-      return (
-        'ipyrefresh is not loaded in this kernel: run %load_ext ipyrefresh, ' +
-        'or use the "Python 3 (ipyrefresh)" kernel.' +
-        (state.problem ? `\n${state.problem}` : '')
-      );
-  }
-}
-
-/** Whether a kernel status should make the channel (re)open its comm. */
-export function shouldProbe(
-  state: IViewState,
-  kernelStatus: string,
-  probedSinceStart: boolean
-): boolean {
-  if (probedSinceStart) {
-    return false;
-  }
-  if (state.phase === 'dead') {
-    return kernelStatus === 'idle';
-  }
-  return kernelStatus === 'idle' || kernelStatus === 'busy';
-}
-
-/** One line summarising a refresh report. */
-export function describeRefresh(r: IRefreshed): string {
-  const parts: string[] = [];
-  if (r.rebuilt.length) {
-    parts.push(`rebuilt ${r.rebuilt.join(', ')}`);
-  }
-  if (r.pending.length) {
-    parts.push(`${r.pending.join(', ')} will rebuild at the next call`);
-  }
-  if (r.failed.length) {
-    parts.push(`failed: ${r.failed.join('; ')}`);
-  }
-  return parts.length ? parts.join('; ') : 'nothing was stale';
 }

@@ -28,6 +28,7 @@ class Kernel:
     def __init__(self) -> None:
         self.km, self.kc = start_new_kernel(kernel_name="python3", startup_timeout=60)
         self.pending: list[dict[str, Any]] = []
+        self.replies: dict[str, dict[str, Any]] = {}  # shell replies read ahead of their turn
 
     def stop(self) -> None:
         self.kc.stop_channels()
@@ -166,7 +167,7 @@ def test_status_after_cells_stale_reason_and_fresh_again(kernel: Kernel) -> None
     assert (stale["fresh"], stale["stale"]) == (0, 1)
     [entry] = stale["entries"]
     assert entry["state"] == "stale"
-    assert any("g" in r and "redefined" in r for r in entry["reasons"]), entry
+    assert any(r["what"] == "g redefined" for r in entry["reasons"]), entry
     # The same numbers as ipyrefresh.status() in the kernel (the source of truth).
     truth = kernel.value("__import__('ipyrefresh').status()")
     assert (truth["fresh"], truth["stale"]) == (stale["fresh"], stale["stale"])
@@ -239,10 +240,11 @@ def test_status_message_is_small_and_puts_stale_first() -> None:
     entries[7]["state"] = "error"
     entries[7]["error"] = "TypeError: nope"
     msg = status_message({"entries": entries, "world": 3, "changes": ["a"] * 50}, seq=4)
-    assert (msg["fresh"], msg["stale"], msg["error"], msg["total"]) == (298, 1, 1, 300)
-    assert [e["state"] for e in msg["entries"][:2]] == ["error", "stale"]
+    assert (msg["fresh"], msg["stale"], msg["failed"], msg["total"]) == (298, 1, 1, 300)
+    assert [e["state"] for e in msg["entries"][:2]] == ["failed", "stale"]
     assert len(msg["entries"]) == MAX_ENTRIES and msg["truncated"] == 200
-    assert len(msg["entries"][1]["reasons"]) == 3 and len(msg["entries"][1]["reasons"][0]) <= 200
+    reasons = msg["entries"][1]["reasons"]
+    assert len(reasons) == 3 and len(reasons[0]["text"]) <= 200
     assert len(msg["changes"]) == 5
     assert len(json.dumps(msg)) < 20_000
 
@@ -294,3 +296,161 @@ def test_comms_of_pages_that_went_away_are_bounded(kernel: Kernel) -> None:
         if m["msg_type"] == "comm_msg" and m["content"]["data"]["type"] == "status"
     }
     assert updated == set(ids[3:])
+
+
+def test_status_version_1_and_2_give_the_same_message() -> None:
+    """Today's engine says version 1 (reasons are strings, a world number, "error"); the
+    rewrite says version 2 (reason dicts with cell ids, "failed", a backend). The front end
+    gets one shape from both, and never the world number."""
+    from ipyrefresh.ipython.comm import CellIds
+
+    cells = CellIds()
+    cells.record(6, "id-six")
+    v1 = {
+        "version": 1,
+        "world": 9,
+        "mode": "lazy",
+        "compiler": "tape",
+        "entries": [
+            {"id": 1, "name": "grad(h)", "target": "h", "state": "stale",
+             "reasons": ["g redefined in cell [6]"], "error": None},
+            {"id": 2, "name": "grad(k)", "target": "k", "state": "error",
+             "reasons": ["a rebound"], "error": "ZeroDivisionError: boom"},
+        ],
+        "changes": ["g redefined in cell [6]", "a rebound"],
+    }  # fmt: skip
+    v2 = {
+        "version": 2,
+        "mode": "lazy",
+        "compiler": "tape",
+        "backend": "autograd",
+        "internal_errors": 1,
+        "entries": [
+            {"id": 1, "name": "grad(h)", "target": "h", "state": "stale",
+             "reasons": [{"text": "g redefined in cell [6]", "subject": "g", "cell": 6,
+                          "cell_id": None}], "error": ""},
+            {"id": 2, "name": "grad(k)", "target": "k", "state": "failed",
+             "reasons": [{"text": "a rebound", "subject": "a", "cell": None,
+                          "cell_id": None}], "error": "ZeroDivisionError: boom"},
+            {"id": 3, "name": "grad(m)", "target": "m", "state": "unbuilt", "reasons": [],
+             "error": ""},
+        ],
+        "changes": [{"text": "g redefined in cell [6]", "subject": "g", "cell": 6,
+                     "cell_id": "from-engine"}],
+    }  # fmt: skip
+    a = status_message(v1, seq=1, instance="x", req=7, cells=cells)
+    b = status_message(v2, seq=2, instance="x", cells=cells)
+    for msg in (a, b):
+        assert "world" not in json.dumps(msg)
+        assert msg["schema"] == SCHEMA == 2
+        failed, stale = msg["entries"][:2]
+        assert (failed["state"], stale["state"]) == ("failed", "stale")
+        assert failed["error"] == "ZeroDivisionError: boom"
+        [reason] = stale["reasons"]
+        assert reason["text"] == "g redefined in cell [6]"
+        assert reason["what"] == "g redefined"
+        assert (reason["cell"], reason["cell_id"]) == (6, "id-six")
+        assert failed["reasons"][0]["cell"] is None
+        assert failed["reasons"][0]["cell_id"] is None
+    assert (a["fresh"], a["stale"], a["failed"], a["unbuilt"], a["total"]) == (0, 1, 1, 0, 2)
+    assert (b["fresh"], b["stale"], b["failed"], b["unbuilt"], b["total"]) == (0, 1, 1, 1, 3)
+    assert (a["req"], b["req"]) == (7, None)
+    assert a["entries"][0]["reasons"][0] == {
+        "text": "a rebound", "what": "a rebound", "subject": "", "cell": None, "cell_id": None
+    }  # fmt: skip
+    assert b["entries"][0]["reasons"][0]["subject"] == "a"
+    assert (b["backend"], b["internal_errors"]) == ("autograd", 1)
+    # A cell id the engine knows wins over the one recorded here.
+    assert b["changes"][0]["cell_id"] == "from-engine"
+
+
+def _execute(kernel: Kernel, code: str, cell_id: str | None = None, subshell: str | None = None):
+    """Send an execute_request as JupyterLab does (the cell id in the metadata); no wait."""
+    content = {"code": code, "silent": False, "store_history": True, "user_expressions": {},
+               "allow_stdin": False, "stop_on_error": True}  # fmt: skip
+    msg = kernel.kc.session.msg(
+        "execute_request", content, metadata={"cellId": cell_id} if cell_id else {}
+    )
+    if subshell:
+        msg["header"]["subshell_id"] = subshell
+    kernel.kc.shell_channel.send(msg)
+    return msg["header"]["msg_id"]
+
+
+def _wait_iopub(kernel: Kernel, parent: str, kind: str, timeout: float = 30.0) -> None:
+    """Read IOPub until a ``kind`` message whose parent is ``parent``; keep the others."""
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        msg = kernel.kc.get_iopub_msg(timeout=left)
+        if msg["msg_type"] == kind and msg["parent_header"].get("msg_id") == parent:
+            return
+        kernel.pending.append(msg)
+    raise AssertionError(f"no {kind!r} for {parent}")
+
+
+def _wait_reply(kernel: Kernel, parent: str, timeout: float = 60.0) -> dict[str, Any]:
+    """The shell reply to ``parent``; replies to other requests are kept for their turn."""
+    replies = kernel.replies
+    deadline = time.monotonic() + timeout
+    while parent not in replies:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"no reply to {parent}")
+        msg = kernel.kc.get_shell_msg(timeout=left)
+        replies[msg["parent_header"].get("msg_id")] = dict(msg["content"])
+    return dict(replies.pop(parent))
+
+
+def test_reasons_name_the_cell_by_its_id(kernel: Kernel) -> None:
+    kernel.run("%load_ext ipyrefresh\n" + SETUP)
+    comm_id = kernel.open_comm({"type": "request", "req": 1})
+    assert kernel.next_data(comm_id, "status")["req"] == 1
+    parent = _execute(kernel, "def g(x):\n    return np.cos(x) * x\n", cell_id="the-g-cell")
+    assert _wait_reply(kernel, parent)["status"] == "ok"
+    [stale] = kernel.statuses(comm_id)
+    [reason] = stale["entries"][0]["reasons"]
+    assert reason["what"] == "g redefined" and reason["cell_id"] == "the-g-cell", reason
+    assert reason["text"] == f"g redefined in cell [{reason['cell']}]"
+
+
+def _create_subshell(kernel: Kernel) -> str:
+    kernel.kc.control_channel.send(kernel.kc.session.msg("create_subshell_request", {}))
+    reply = kernel.kc.get_control_msg(timeout=30)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    return str(reply["content"]["subshell_id"])
+
+
+def test_a_refresh_sent_over_a_subshell_waits_for_the_running_cell(kernel: Kernel) -> None:
+    """JupyterLab may send comm messages over a kernel subshell, whose thread runs beside
+    the user's cell. A refresh must not rebuild derivatives from the namespace while the
+    cell is changing it: the kernel queues it on the main thread until the cell is done."""
+    kernel.run("%load_ext ipyrefresh\n" + SETUP + "\nimport threading\ngate = threading.Event()")
+    comm_id = kernel.open_comm()
+    kernel.next_data(comm_id, "status")
+    kernel.run("def g(x):\n    return np.tanh(x) * x\n")
+    assert kernel.statuses(comm_id)[-1]["stale"] == 1
+    subshell = _create_subshell(kernel)
+
+    cell = _execute(kernel, "assert gate.wait(60)")  # the main thread is busy in a cell
+    _wait_iopub(kernel, cell, "execute_input")
+    refresh = kernel.kc.session.msg(
+        "comm_msg", {"comm_id": comm_id, "data": {"type": "refresh", "name": None, "req": 9}}
+    )
+    refresh["header"]["subshell_id"] = subshell
+    kernel.kc.shell_channel.send(refresh)
+    # The subshell handles messages in order: once it runs the next one, it has handled
+    # the refresh, and anything that refresh sent is on IOPub before this cell's input.
+    probe = _execute(kernel, "pass", subshell=subshell)
+    _wait_iopub(kernel, probe, "execute_input")
+    early = [
+        m for m in kernel.pending
+        if m["msg_type"] == "comm_msg" and m["content"]["data"].get("type") == "refreshed"
+    ]  # fmt: skip
+    assert early == [], "the refresh ran beside the running cell"
+
+    opener = _execute(kernel, "gate.set()", subshell=subshell)
+    assert _wait_reply(kernel, opener)["status"] == "ok"
+    assert _wait_reply(kernel, cell)["status"] == "ok"
+    report = kernel.next_data(comm_id, "refreshed")
+    assert report["req"] == 9 and report["rebuilt"] == ["grad(h)"], report
+    assert kernel.next_data(comm_id, "status")["stale"] == 0

@@ -100,29 +100,43 @@ class Change:
             return text
         return text + self.when()
 
+    def exact_cell(self) -> CellRef | None:
+        """The cell the change happened in, when that is known: a check after the cell
+        saw it, or the derivative was known right earlier in the same cell or at the end
+        of the cell before."""
+        cell, since = self.cell, self.since
+        if cell is None or cell.count is None:
+            return None
+        if self.detection is Detection.AFTER_CELL:
+            return cell
+        if since is not None and since.count is not None:
+            if since.count == cell.count and not since.ended:
+                return cell
+            if since.ended and since.count + 1 == cell.count:
+                return cell
+        return None
+
     def when(self) -> str:
         """' in cell [N]' when the cell is known, ' since cell [M]' when only a bound is."""
-        cell, since = self.cell, self.since
-        exact = self.detection is Detection.AFTER_CELL
-        if since is not None and cell is not None and cell.count is not None:
-            same = since.count == cell.count and not since.ended
-            right_after = since.ended and since.count is not None and since.count + 1 == cell.count
-            exact = exact or same or right_after
-        if exact and cell is not None and cell.count is not None:
-            return f" in cell [{cell.count}]"
+        exact = self.exact_cell()
+        if exact is not None:
+            return f" in cell [{exact.count}]"
+        since = self.since
         if since is not None and since.count is not None:
             return f" since cell [{since.count}]"
         return ""
 
     def as_dict(self) -> dict[str, object]:
         """The JSON form used by ``status()`` and the front end."""
-        cell = self.cell
+        cell = self.exact_cell() if self.kind not in INTERNAL else None
+        since = self.since
         return {
             "text": self.describe(),
             "kind": self.kind.name.lower(),
             "subject": self.subject,
-            "cell": cell.count if cell is not None else None,
+            "cell": cell.count if cell is not None else None,  # where it happened, if known
             "cell_id": cell.cell_id if cell is not None else None,
+            "since": since.count if since is not None and cell is None else None,
         }
 
 

@@ -35,6 +35,13 @@ _COLOURS = {
     "watched": ("#f3f4f6", "#6b7280"),
 }
 _EDGE_STYLE = {"static": "solid", "dynamic": "dashed", "both": "solid"}
+# The picture goes on a notebook's background, light or dark, and the front end shows it
+# as an image (no theme CSS reaches inside). So: no background of its own; every text sits
+# on a light chip of its own (nodes, title, legend) in dark ink; the call arrows are a
+# mid grey that stands out from white and from a dark theme's near-black alike.
+_INK = "#1f2937"
+_LINE = "#8b93a1"
+_CHIP = {"boxstyle": "round,pad=0.35", "fc": "#f9fafb", "ec": "#d1d5db", "lw": 1}
 
 
 class CallgraphError(Exception):
@@ -311,18 +318,20 @@ def _draw(view: GraphView) -> str:
     span = max(x for x, _ in xy.values()) - min(x for x, _ in xy.values()) + 1
     watched = view.watched[:_MAX_WATCHED_SHOWN]
     wrow = [watched[i : i + 6] for i in range(0, len(watched), 6)]
-    width = max([span, 3.0] + [float(len(r)) for r in wrow])
-    height = levels + len(wrow) + (0.6 if wrow else 0)
+    width = max([span, 2.0] + [float(len(r)) for r in wrow])
+    # From the root's row (y = 0) down to the last row drawn: the canvas fits its content.
+    last_row = -float(levels) - 0.2 - 0.7 * (len(wrow) - 1) if wrow else -float(levels - 1)
+    y_lo, y_hi = last_row - 0.45, 0.55
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ipyrefresh"}):
-        fig_w, fig_h = max(1.7 * width, 6.5), 0.95 * height + 1.5
+        fig_w, fig_h = max(1.2 * width + 0.5, 3.0), 0.6 * (y_hi - y_lo) + 1.2
         fig = Figure(figsize=(fig_w, fig_h))
         FigureCanvasSVG(fig)
-        bottom = 0.55 / fig_h  # room for the legend
-        ax = fig.add_axes((0.01, bottom, 0.98, 1 - bottom - 0.45 / fig_h))
+        bottom = 0.7 / fig_h  # room for the legend (two rows)
+        ax = fig.add_axes((0.01, bottom, 0.98, 1 - bottom - 0.5 / fig_h))
         inch_per_unit = 0.98 * fig_w / (width + 0.4)
         ax.set_axis_off()
         ax.set_xlim(-width / 2 - 0.2, width / 2 + 0.2)
-        ax.set_ylim(-height + 0.3, 0.7)
+        ax.set_ylim(y_lo, y_hi)
         boxes: dict[str, Any] = {}
         for node, (x, y) in xy.items():
             fill, edge = _COLOURS[view.node_state(node)]
@@ -336,6 +345,7 @@ def _draw(view: GraphView) -> str:
                 fontsize=10,
                 family="monospace",
                 weight=weight,
+                color=_INK,
                 gid=f"node-{node}",
                 bbox={"boxstyle": "round,pad=0.4", "fc": fill, "ec": edge, "lw": 1.5},
             )
@@ -345,7 +355,7 @@ def _draw(view: GraphView) -> str:
                 "arrowstyle": "-|>",
                 "linestyle": _EDGE_STYLE.get(kind, "solid"),
                 "lw": 2.4 if kind == "both" else 1.3,
-                "color": "#374151",
+                "color": _LINE,
                 "shrinkA": 12,
                 "shrinkB": 12,
             }
@@ -363,7 +373,7 @@ def _draw(view: GraphView) -> str:
             arrow.arrow_patch.set_gid(f"edge-{kind}-{a}->{b}")
         top = -float(levels) - 0.1
         if wrow:
-            ax.text(-width / 2, top + 0.3, "also watches:", fontsize=9, color="#6b7280")
+            ax.text(-width / 2, top + 0.3, "also watches:", fontsize=9, color=_INK, bbox=_CHIP)
         for r, names in enumerate(wrow):
             for i, node in enumerate(names):
                 fill, edge = _COLOURS["changed" if node in view.changed else "watched"]
@@ -375,22 +385,35 @@ def _draw(view: GraphView) -> str:
                     va="center",
                     fontsize=9,
                     family="monospace",
+                    color=_INK,
                     gid=f"watched-{node}",
                     bbox={"boxstyle": "square,pad=0.3", "fc": fill, "ec": edge, "lw": 1},
                 )
         title = view.headline()
         if len(title) > 110:
             title = title[:107] + "..."
-        fig.suptitle(title, fontsize=11, family="monospace", y=0.98)
+        fig.suptitle(title, fontsize=10, family="monospace", y=0.98, color=_INK, bbox=_CHIP)
         handles = [
-            Line2D([], [], color="#374151", lw=1.3, label="static call"),
-            Line2D([], [], color="#374151", lw=1.3, ls="dashed", label="dynamic call"),
-            Line2D([], [], color="#374151", lw=2.4, label="static and dynamic"),
+            Line2D([], [], color=_INK, lw=1.3, label="static call"),
+            Line2D([], [], color=_INK, lw=1.3, ls="dashed", label="dynamic call"),
+            Line2D([], [], color=_INK, lw=2.4, label="static and dynamic"),
             Patch(fc=_COLOURS["fresh"][0], ec=_COLOURS["fresh"][1], label="fresh"),
             Patch(fc=_COLOURS["stale"][0], ec=_COLOURS["stale"][1], label="stale"),
             Patch(fc=_COLOURS["changed"][0], ec=_COLOURS["changed"][1], label="changed"),
         ]
-        fig.legend(handles=handles, loc="lower center", ncol=6, fontsize=8, frameon=False)
+        legend = fig.legend(
+            handles=handles,
+            loc="lower center",
+            ncol=3,
+            fontsize=8,
+            frameon=True,
+            facecolor=_CHIP["fc"],
+            edgecolor=_CHIP["ec"],
+            framealpha=1,
+            labelcolor=_INK,
+        )
+        legend.set_gid("legend")
         out = io.StringIO()
-        fig.savefig(out, format="svg")
+        # Transparent, and cropped to what is drawn: two nodes make a small picture.
+        fig.savefig(out, format="svg", transparent=True, bbox_inches="tight", pad_inches=0.06)
     return out.getvalue()

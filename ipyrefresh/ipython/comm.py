@@ -1,35 +1,48 @@
-"""The kernel side of the JupyterLab status-bar item: a comm target named ``ipyrefresh``.
+"""The kernel side of the front ends' status item: a comm target named ``ipyrefresh``.
 
 The front end is a view; the engine is the source of truth (``%stale`` prints the same
-facts as text). Messages are small JSON dicts, versioned by ``schema`` (see
-docs/frontend.md for the full description).
+facts as text). This module talks to the engine only through ``engine.status()``,
+``engine.refresh(name)`` and ``engine.listeners``. Messages are small JSON dicts,
+versioned by ``schema``; docs/frontend.md describes them in full.
 
 Front end -> kernel (``data`` of ``comm_open`` or ``comm_msg``)::
 
-    {"type": "request"}                     # send the status now
-    {"type": "refresh", "name": null}       # rebuild every stale derivative now
-    {"type": "refresh", "name": "g"}        # ... only those depending on g
+    {"type": "request", "req": 3}                 # send the status now
+    {"type": "refresh", "name": null, "req": 4}   # rebuild every stale derivative now
+    {"type": "refresh", "name": "g", "req": 5}    # ... only those depending on g
 
 Kernel -> front end::
 
-    {"type": "status", "schema": 1, "instance": "9f3a0c1e", "seq": 7,
-     "fresh": 5, "stale": 2, "error": 0, "total": 7,
-     "world": 12, "mode": "lazy", "compiler": "tape",
+    {"type": "status", "schema": 2, "instance": "9f3a0c1e", "seq": 7, "req": 3,
+     "fresh": 5, "stale": 2, "failed": 0, "unbuilt": 0, "total": 7, "truncated": 0,
+     "mode": "lazy", "compiler": "tape", "backend": "autograd", "internal_errors": 0,
      "entries": [{"id": 3, "name": "grad(h)", "target": "h", "state": "stale",
-                  "reasons": ["g redefined in cell [12]"], "error": null}, ...],
-     "truncated": 0, "changes": ["g redefined in cell [12]"]}
-    {"type": "refreshed", "schema": 1, "rebuilt": [...], "pending": [...], "failed": [...]}
-    {"type": "unloaded", "schema": 1}      # then the comm closes
+                  "reasons": [{"text": "g redefined in cell [12]", "what": "g redefined",
+                               "subject": "g", "cell": 12, "cell_id": "a1b2"}],
+                  "error": null}, ...],
+     "changes": [<reasons, as above>]}
+    {"type": "refreshed", "schema": 2, "req": 4, "name": null,
+     "rebuilt": [...], "pending": [...], "failed": [...]}
+    {"type": "error", "schema": 2, "req": 5, "message": "..."}
+    {"type": "unloaded", "schema": 2}      # then the comm closes
+
+``req`` echoes the request's number so the front end can tell that a request got its
+answer (and say so when one does not); pushed messages carry ``"req": null``.
 
 The kernel never waits for the front end: a listener on the engine only sets a flag, and
 at most one status message goes out per cell (from ``post_run_cell``, and only when it
-differs from the last one sent), plus one right after each front-end request.
+differs from the last one sent), plus one answer to each front-end request. Requests are
+handled on the kernel's main thread, never on a subshell's: a refresh rebuilds
+derivatives from the user's namespace, which must not happen while a cell runs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import secrets
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import comm as comm_package
@@ -37,12 +50,18 @@ import comm as comm_package
 from .._src.engine import Engine
 
 TARGET = "ipyrefresh"
-SCHEMA = 1
+SCHEMA = 2
 MAX_ENTRIES = 100  # entries listed in one message; the counts always cover all of them
 MAX_REASONS = 3  # reasons listed per entry
 MAX_TEXT = 200  # characters per reason or error
 MAX_CHANGES = 5
 MAX_COMMS = 16  # open comms kept (front ends: tabs and pages on this kernel)
+MAX_CELLS = 2000  # execution counts whose cell id is remembered
+
+STATES = ("fresh", "stale", "failed", "unbuilt")
+_STATE_ALIASES = {"error": "failed"}  # status() version 1 called a failed rebuild "error"
+_ORDER = {"failed": 0, "stale": 1, "unbuilt": 2, "fresh": 3}
+_IN_CELL = re.compile(r"^(?P<what>.*) in cell \[(?P<cell>\d+)\]$", re.S)
 
 
 def _clip(text: Any) -> str:
@@ -50,48 +69,117 @@ def _clip(text: Any) -> str:
     return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
 
 
-_ORDER = {"error": 0, "failed": 0, "stale": 1, "fresh": 2}
+def _int_or_none(x: Any) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) else None
 
 
-def _text(reason: Any) -> str:
-    return str(reason["text"]) if isinstance(reason, dict) else str(reason)
+def _str_or_none(x: Any) -> str | None:
+    return x if isinstance(x, str) and x else None
 
 
-def status_message(status: dict[str, Any], seq: int = 0, instance: str = "") -> dict[str, Any]:
-    """The small message the front end gets, derived from ``ipyrefresh.status()``."""
-    entries = list(status.get("entries", ()))
-    counts = {"fresh": 0, "stale": 0, "error": 0}
+class CellIds:
+    """Which Jupyter cell (its id, sent by the front end) ran as execution count N.
+
+    Reasons name cells by execution count, which repeats after a restart and means
+    nothing on screen; the cell id lets the front end scroll to the cell. Recorded from
+    ``post_run_cell`` (``result.info.cell_id``). The engine's ``status()`` version 2
+    carries ``cell_id`` itself; then this only fills in what it left empty.
+    """
+
+    def __init__(self, limit: int = MAX_CELLS) -> None:
+        self.limit = limit
+        self._ids: OrderedDict[int, str] = OrderedDict()
+
+    def record(self, count: Any, cell_id: Any) -> None:
+        count, cell_id = _int_or_none(count), _str_or_none(cell_id)
+        if count is None or cell_id is None:
+            return
+        self._ids[count] = cell_id
+        self._ids.move_to_end(count)
+        while len(self._ids) > self.limit:
+            self._ids.popitem(last=False)
+
+    def get(self, count: int | None) -> str | None:
+        return None if count is None else self._ids.get(count)
+
+
+def normalise_reason(reason: Any, cells: CellIds | None = None) -> dict[str, Any]:
+    """One reason as the front end gets it, from ``status()`` version 1 (a plain string)
+    or 2 (a dict). ``what`` is the text without its "in cell [N]" tail, for a front end
+    that names the cell itself."""
+    if isinstance(reason, dict):
+        text = str(reason.get("text", ""))
+        subject = str(reason.get("subject") or "")
+        cell = _int_or_none(reason.get("cell"))
+        cell_id = _str_or_none(reason.get("cell_id"))
+    else:
+        text, subject, cell, cell_id = str(reason), "", None, None
+    what = text
+    match = _IN_CELL.match(text)
+    if match and (cell is None or int(match["cell"]) == cell):
+        what, cell = match["what"], int(match["cell"])
+    if cell_id is None and cells is not None:
+        cell_id = cells.get(cell)
+    return {
+        "text": _clip(text),
+        "what": _clip(what),
+        "subject": _clip(subject),
+        "cell": cell,
+        "cell_id": cell_id,
+    }
+
+
+def _state(entry: dict[str, Any]) -> str:
+    state = entry.get("state", "stale")
+    state = _STATE_ALIASES.get(state, state)
+    return state if state in STATES else "stale"
+
+
+def status_message(
+    status: dict[str, Any],
+    seq: int = 0,
+    instance: str = "",
+    req: int | None = None,
+    cells: CellIds | None = None,
+) -> dict[str, Any]:
+    """The small message the front end gets, derived from ``ipyrefresh.status()``
+    (version 1 or 2); never more than a few kB, whatever the size of the cache."""
+    entries = list(status.get("entries") or ())
+    counts = dict.fromkeys(STATES, 0)
     for entry in entries:
-        state = entry.get("state", "stale")
-        counts[state if state in counts else "stale"] += 1
-    # Stale and failed entries first: they are what the user opens the list for.
-    entries.sort(key=lambda e: (_ORDER.get(e.get("state", "stale"), 1), e.get("id", 0)))
+        counts[_state(entry)] += 1
+    # Failed and stale entries first: they are what the user opens the list for.
+    entries.sort(key=lambda e: (_ORDER[_state(e)], e.get("id") or 0))
     shown = entries[:MAX_ENTRIES]
     return {
         "type": "status",
         "schema": SCHEMA,
         "instance": instance,
         "seq": seq,
-        "fresh": counts["fresh"],
-        "stale": counts["stale"],
-        "error": counts["error"],
+        "req": req,
+        **counts,
         "total": len(entries),
-        "world": status.get("world", 0),
-        "mode": status.get("mode", ""),
-        "compiler": status.get("compiler", ""),
+        "truncated": len(entries) - len(shown),
+        "mode": str(status.get("mode") or ""),
+        "compiler": str(status.get("compiler") or ""),
+        "backend": str(status.get("backend") or ""),
+        "internal_errors": _int_or_none(status.get("internal_errors")) or 0,
         "entries": [
             {
-                "id": e.get("id"),
+                "id": _int_or_none(e.get("id")) or 0,
                 "name": _clip(e.get("name", "?")),
                 "target": _clip(e.get("target", "")),
-                "state": e.get("state", "stale"),
-                "reasons": [_clip(_text(r)) for r in list(e.get("reasons") or ())[:MAX_REASONS]],
+                "state": _state(e),
+                "reasons": [
+                    normalise_reason(r, cells) for r in list(e.get("reasons") or ())[:MAX_REASONS]
+                ],
                 "error": _clip(e["error"]) if e.get("error") else None,
             }
             for e in shown
         ],
-        "truncated": len(entries) - len(shown),
-        "changes": [_clip(_text(c)) for c in list(status.get("changes") or ())[-MAX_CHANGES:]],
+        "changes": [
+            normalise_reason(c, cells) for c in list(status.get("changes") or ())[-MAX_CHANGES:]
+        ],
     }
 
 
@@ -102,6 +190,7 @@ class StatusChannel:
         self.shell = shell
         self.engine = engine
         self.comms: list[Any] = []
+        self.cells = CellIds()
         self.dirty = False
         self.seq = 0
         self.instance = secrets.token_hex(4)  # lets the front end tell reloads apart
@@ -144,7 +233,9 @@ class StatusChannel:
         self.dirty = True  # O(1): the engine calls this after every build or invalidation
 
     def post_run_cell(self, result: Any = None) -> None:
-        if not self.comms:
+        info = getattr(result, "info", None)
+        self.cells.record(getattr(result, "execution_count", None), getattr(info, "cell_id", None))
+        if not self.comms:  # a cell's own changes mark nothing dirty: check after each one
             return
         try:  # the cell already ran; the status can wait
             self.engine.sweep(deep=False)
@@ -174,22 +265,38 @@ class StatusChannel:
 
     def _on_msg(self, c: Any, msg: dict[str, Any]) -> None:
         data = msg.get("content", {}).get("data") or {}
-        try:
-            self._handle(c, data)
-        except Exception as exc:
-            self._send(c, {"type": "error", "schema": SCHEMA, "message": _clip(exc)})
+        loop = self._main_loop()
+        if loop is not None and threading.current_thread() is not threading.main_thread():
+            # Sent over a kernel subshell, so we run beside the user's cell. Rebuilding
+            # derivatives there would race with it: queue the work on the main thread,
+            # which takes it once the running cell (if any) is done.
+            loop.add_callback(self._dispatch, c, data)
+            return
+        self._dispatch(c, data)
 
-    def _handle(self, c: Any, data: dict[str, Any]) -> None:
+    def _main_loop(self) -> Any:
+        return getattr(getattr(self.shell, "kernel", None), "io_loop", None)
+
+    def _dispatch(self, c: Any, data: dict[str, Any]) -> None:
+        req = _int_or_none(data.get("req")) if isinstance(data, dict) else None
+        try:
+            self._handle(c, data if isinstance(data, dict) else {}, req)
+        except Exception as exc:
+            self._send(c, {"type": "error", "schema": SCHEMA, "req": req, "message": _clip(exc)})
+
+    def _handle(self, c: Any, data: dict[str, Any], req: int | None) -> None:
         kind = data.get("type")
         if kind == "refresh":
             name = data.get("name")
-            report = self.engine.refresh(name if isinstance(name, str) and name else None)
+            name = name if isinstance(name, str) and name else None
+            report = self.engine.refresh(name)
             self._send(
                 c,
                 {
                     "type": "refreshed",
                     "schema": SCHEMA,
-                    "name": name if isinstance(name, str) else None,
+                    "req": req,
+                    "name": name,
                     "rebuilt": [_clip(x) for x in report.get("rebuilt", [])],
                     "pending": [_clip(x) for x in report.get("pending", [])],
                     "failed": [_clip(f"{n}: {e}") for n, e in report.get("failed", [])],
@@ -197,15 +304,15 @@ class StatusChannel:
             )
             self._broadcast(force=True)
         elif kind == "request":
-            self._send(c, self._compute())
+            self._send(c, self._compute(req))
         else:
-            self._send(
-                c, {"type": "error", "schema": SCHEMA, "message": _clip(f"unknown {kind!r}")}
-            )
+            message = _clip(f"unknown request {kind!r}")
+            self._send(c, {"type": "error", "schema": SCHEMA, "req": req, "message": message})
 
-    def _compute(self) -> dict[str, Any]:
+    def _compute(self, req: int | None = None) -> dict[str, Any]:
         self.seq += 1
-        return status_message(self.engine.status(check=False), self.seq, self.instance)
+        status = self.engine.status(check=False)  # the sweep after each cell checked it
+        return status_message(status, self.seq, self.instance, req, self.cells)
 
     def _broadcast(self, force: bool = False) -> None:
         """Send the status to every comm, unless they all have it already."""
@@ -228,4 +335,7 @@ class StatusChannel:
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return {k: v for k, v in a.items() if k != "seq"} == {k: v for k, v in b.items() if k != "seq"}
+    ignore = ("seq", "req")
+    return {k: v for k, v in a.items() if k not in ignore} == {
+        k: v for k, v in b.items() if k not in ignore
+    }

@@ -1,0 +1,98 @@
+"""Notebook 7 (the ``notebook`` package, built on JupyterLab components) has no status bar:
+the same item sits in each notebook's toolbar, from the same wheel. A real Notebook 7
+server, headless Chromium, a real kernel."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from .frontend.harness import (
+    G_NEW,
+    ITEM,
+    PANEL,
+    POPUP,
+    QUICK,
+    SETUP,
+    TOOLBAR_ITEM,
+    Server,
+    chromium,
+    expect_text,
+    last_float,
+    new_page,
+    notebook,
+    open_notebook,
+    reference,
+    require_browser,
+    run_cell,
+    running,
+    shot,
+)
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    require_browser()
+    pytest.importorskip("notebook", minversion="7")
+    files = {"nb7.ipynb": notebook([SETUP, G_NEW, "print(repr(float(dh(0.7))))"])}
+    with running(Server(tmp_path_factory.mktemp("nb7"), app="notebook", files=files)) as s:
+        yield s
+
+
+def test_notebook7_toolbar_item(server: Server) -> None:
+    with chromium() as browser, new_page(browser) as page:
+        _check(page, server)
+
+
+def _check(page: Any, server: Server) -> None:
+    open_notebook(page, server, "nb7.ipynb")
+    item = page.locator(TOOLBAR_ITEM)
+    expect_text(item, "∂ 0 fresh · 0 stale")
+    assert page.locator(".jp-StatusBar-Widget:visible").count() == 0
+    assert page.locator(ITEM).count() == 0  # no status bar, no status item
+
+    run_cell(page, 0)
+    run_cell(page, 1)
+    expect_text(item, "∂ 0 fresh · 1 stale")
+    assert item.get_attribute("aria-label") == (
+        "ipyrefresh in nb7.ipynb: 1 cached derivative, 0 fresh, 1 stale"
+    )
+
+    # Keyboard: Enter opens the list below the toolbar with the focus in it; Escape
+    # closes it and gives the focus back.
+    item.focus()
+    page.keyboard.press("Enter")
+    popup = page.locator(POPUP)
+    popup.wait_for(timeout=QUICK)
+    assert page.evaluate(
+        "document.querySelector('.ipyrefresh-Popup').contains(document.activeElement)"
+    )
+    box, anchor = popup.bounding_box(), item.bounding_box()
+    assert box and anchor and box["y"] >= anchor["y"] + anchor["height"] - 1, (box, anchor)
+    reason = popup.locator(".ipyrefresh-Entry-reason").first
+    expect_text(reason, re.escape("g redefined in cell 2: def g(x):"), QUICK)
+    shot(page, "notebook7-stale")
+    page.keyboard.press("Escape")
+    popup.wait_for(state="detached", timeout=QUICK)
+    assert page.evaluate(
+        "document.activeElement === document.querySelector('.ipyrefresh-ToolbarItem')"
+    )
+
+    # The reason's link selects its cell; the refresh button rebuilds.
+    item.click()
+    reason.locator(".ipyrefresh-Entry-cell").click()
+    popup.wait_for(state="detached", timeout=QUICK)
+    active = page.locator(f"{PANEL} .jp-Cell.jp-mod-active")
+    assert "return np.cos(x) * x ** 2" in active.inner_text()
+    item.click()
+    popup.locator(".ipyrefresh-List-refreshAll").click()
+    expect_text(item, "∂ 1 fresh · 0 stale", QUICK)
+    expect_text(popup.locator(".ipyrefresh-List-report"), re.escape("Rebuilt grad(h)."), QUICK)
+    shot(page, "notebook7-refreshed")
+    page.keyboard.press("Escape")
+    assert last_float(run_cell(page, 2)) == pytest.approx(reference(G_NEW))
