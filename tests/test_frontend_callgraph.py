@@ -46,7 +46,7 @@ def _style(el: ET.Element, prop: str) -> str | None:
 def two_nodes(ip: Any) -> str:
     ip.run("def g(x):\n    return np.sin(x)\ndef h(x):\n    return 2 * g(x)\ndh = grad(h)\ndh(1.0)")
     ip.run("def g(x):\n    return np.cos(x)")
-    [view] = callgraph.views_for(__import__("ipyrefresh").get_engine(), "h", ip.ns)
+    [view] = callgraph.views_for(__import__("ipyrefresh")._src.engine.current(), "h", ip.ns)
     assert view.functions == ["h", "g"]
     return view.svg()
 

@@ -254,7 +254,7 @@ def test_terminal_ipython_loads_and_unloads_without_a_trace(bare_shell: Any) -> 
     and unloading removes the target, the engine listener and the cell callback."""
     import comm
 
-    from ipyrefresh._src.handles import get_engine
+    from ipyrefresh._src.engine import current as get_engine
 
     shell = bare_shell.shell
     manager = comm.get_comm_manager()
