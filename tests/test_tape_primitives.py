@@ -212,6 +212,17 @@ case("np.fft.irfftn", lambda x: np.fft.irfftn(x), (4, 3))
 case("np.astype", lambda x: x.astype(float) * 2.0, S, label="astype")
 case("np.sinc", lambda x: np.sinc(x), S)
 case("np.ravel", lambda x: x.ravel(), S, label="ravel method")
+# Fast paths of the compiler: matrix products with constant and transposed operands,
+# powers with a constant side, broadcasts summed back.
+_M = onp.linspace(0.1, 1.3, 12).reshape(3, 4)
+case("np.dot", lambda x: np.dot(x, _M), S, label="dot by a constant matrix")
+case("np.dot", lambda x: np.dot(_M.T, x.T), S, label="dot of transposed views")
+case("np.dot", lambda x: np.dot(x.astype("float32"), _M), S, label="dot float32 by float64")
+case("np.pow", lambda x: x**2, S, label="power constant int exponent")
+case("np.pow", lambda x: x.astype("float32") ** 3, S, label="power float32 base")
+case("np.pow", lambda x: 2.0**x, S, label="power constant base")
+case("np.pow", lambda x: _M[:2, :3] ** x, S, label="power constant array base")
+case("np.add", lambda x: x + _M[:, :1].T[:, :3] * 0 + onp.ones((4, 1, 3)), S, label="add broadcast")
 
 
 def test_every_primitive_has_a_case_or_a_reason() -> None:

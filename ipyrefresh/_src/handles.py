@@ -16,7 +16,7 @@ from types import FrameType
 from typing import Any
 
 from .build import check_differentiable
-from .compilers.base import Miss, Transform
+from .compilers.base import Miss, Transform, Variant
 from .engine import Engine, current
 from .entry import Entry
 from .keys import EntryKey, Signature, call_signature, check_argnum
@@ -67,23 +67,26 @@ class Derivative:
         engine.hold(self.target)
         weakref.finalize(self, engine.release, self.target)
         self._entries: dict[tuple[str, Signature], Entry] = {}
-        #: The last entry, when its variant takes any shapes (JAX): tried first, without
-        #: computing a signature (jax.jit checks shapes and dtypes itself).
-        self._hot: Entry | None = None
+        #: The last entry and variant that answered, tried first (see ``_remember``).
+        self._hot: tuple[Entry, Variant] | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         fn = self.target.resolve()
-        hot = self._hot
-        if hot is not None and (self.backend or self._engine.config.backend) == hot.key.backend:
-            variants = hot.variants
-            if variants:
-                variant = variants[0]
-                if variant.guard.check(fn, args, kwargs) is None:
-                    answer = variant.run(fn, args, kwargs)
-                    if type(answer) is not Miss:
-                        hot.hit(variant, self._engine.cell)
-                        return answer
         backend = self.backend or self._engine.config.backend
+        hot = self._hot
+        if hot is not None:
+            # The last variant that answered: its guard checks the arguments too, so a
+            # call like the last one needs no signature.
+            entry, variant = hot
+            if (
+                entry.key.backend == backend
+                and variant in entry.variants
+                and variant.guard.check(fn, args, kwargs) is None
+            ):
+                answer = variant.run(fn, args, kwargs)
+                if type(answer) is not Miss:
+                    entry.hit(variant, self._engine.cell)
+                    return answer
         sig = (backend, call_signature(args, kwargs))
         entry = self._entries.get(sig)
         if entry is not None:
@@ -97,6 +100,7 @@ class Derivative:
                     answer = variant.run(fn, args, kwargs)
                     if type(answer) is not Miss:
                         entry.hit(variant, self._engine.cell)
+                        self._remember(entry)
                         return answer
         else:
             if len(self._entries) >= _MAX_HANDLE_ENTRIES:
@@ -107,9 +111,17 @@ class Derivative:
             entry = self._engine.entry_for(self.target, key)
         entry, answer = self._engine.call(entry, fn, args, kwargs)
         self._entries[sig] = entry
-        variants = entry.variants
-        self._hot = entry if variants and variants[0].any_shapes else None
+        self._remember(entry)
         return answer
+
+    def _remember(self, entry: Entry) -> None:
+        """Keep the variant that just answered (the first, after ``hit``) for the hot path,
+        unless it replays the Python code (its guard does not check the arguments)."""
+        variants = entry.variants
+        if variants and not variants[0].replays_python:
+            self._hot = (entry, variants[0])
+        else:
+            self._hot = None
 
     def entry(self, *args: Any, **kwargs: Any) -> Entry | None:
         """The cache entry a call with these arguments uses (``None`` before its first call)."""

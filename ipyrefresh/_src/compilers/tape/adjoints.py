@@ -60,6 +60,20 @@ def is_autograds_rule(prim: Any) -> bool:
     return True
 
 
+def is_container_take_rule() -> bool:
+    """``container_take``'s VJP is still autograd's (builtins.grad_container_take)."""
+    maker = primitive_vjps.get(container_take)
+    if maker is None or getattr(maker, "__module__", None) != "autograd.core":
+        return False
+    for cell in maker.__closure__ or ():
+        content = cell.cell_contents
+        if type(content) is dict:
+            return all(
+                getattr(f, "__module__", None) == "autograd.builtins" for f in content.values()
+            )
+    return False
+
+
 def _from_numpy_vjps(f: Any) -> bool:
     return getattr(f, "__module__", None) == numpy_vjps.__name__
 
@@ -87,12 +101,25 @@ def unbroadcast(expr: str, value_shape: tuple[int, ...], target: Any) -> str:
     ndim = len(shape)
     cur = len(value_shape)
     while cur > ndim:
-        expr = f"_sum({expr}, axis=0)"
+        expr = f"_usum({expr}, 0)"
         cur -= 1
     for axis, size in enumerate(shape):
         if size == 1:
-            expr = f"_sum({expr}, axis={axis}, keepdims=True)"
+            expr = f"_usum({expr}, {axis}, True)"
     return expr
+
+
+def _usum(a: Any, axis: int, keepdims: bool = False) -> Any:
+    """``np.sum(a, axis=axis, keepdims=keepdims)``: for an ndarray, the ``add.reduce`` call
+    ``np.sum`` makes, without its Python layer."""
+    if type(a) is np.ndarray:
+        return _ADD_REDUCE(a, axis, None, None, keepdims)
+    if keepdims:
+        return np.sum(a, axis=axis, keepdims=True)
+    return np.sum(a, axis=axis)
+
+
+_ADD_REDUCE = np.add.reduce
 
 
 UNARY: dict[Any, str] = {
@@ -190,9 +217,24 @@ def adjoint(names: Names, op: Any, pos: int, g: str, ans: str) -> str | None:
         if not all(_plain_number(a) for a in op.args):
             return None
         expr = BINARY[f][pos].format(g=g, x=names.arg(op, 0), y=names.arg(op, 1), ans=ans)
+        if f is anp.power:
+            expr = _fold_power(names, op, pos, g, ans) or expr
         return unbroadcast(expr, shape_of(op.value), op.args[pos])
     rule = RULES.get(f)
     return rule(names, op, pos, g) if rule is not None else None
+
+
+def _fold_power(names: Names, op: Any, pos: int, g: str, ans: str) -> str | None:
+    """``power``'s VJPs with the part that depends only on a constant operand computed
+    once, by the same function (``x ** 2``: ``where(2, 2 - 1, 1.0)`` is a constant)."""
+    x, y = op.args
+    if pos == 0 and 1 not in op.argnums:
+        exponent = names.const(HELPERS["_where"](y, y - 1, 1.0))
+        return f"{g} * {names.arg(op, 1)} * {names.arg(op, 0)} ** {exponent}"
+    if pos == 1 and 0 not in op.argnums:
+        log = names.const(HELPERS["_log"](HELPERS["_where"](x, x, 1.0)))
+        return f"{g} * {log} * {ans}"
+    return None
 
 
 def _reduction(names: Names, op: Any, pos: int, g: str, mean: bool) -> str | None:
@@ -234,9 +276,21 @@ def _dot(names: Names, op: Any, pos: int, g: str) -> str | None:
     a, b = op.args
     am, bm = names.const(W.metadata(a)), names.const(W.metadata(b))
     an, bn = names.arg(op, 0), names.arg(op, 1)
+    if _real_matrix(a) and _real_matrix(b):
+        # The adjoint helpers' ``tensordot`` reduces, for two matrices, to one ``dot`` of
+        # views of the same shape: called directly, it is the same BLAS call.
+        if pos == 0:
+            dtype = names.const(np.result_type(a))
+            return f"_asarray(_np_dot({g}, {bn}.T), dtype={dtype})"
+        dtype = names.const(np.result_type(b))
+        return f"_asarray(_np_dot({g}.T, {an}).T, dtype={dtype})"
     if pos == 0:
         return f"_match_complex({an}, _dot_adjoint_0({bn}, {g}, {am}, {bm}))"
     return f"_match_complex({bn}, _dot_adjoint_1({an}, {g}, {am}, {bm}))"
+
+
+def _real_matrix(v: Any) -> bool:
+    return type(v) is np.ndarray and v.ndim == 2 and v.dtype.kind == "f"
 
 
 def _matmul(names: Names, op: Any, pos: int, g: str) -> str | None:
@@ -299,6 +353,7 @@ RULES: dict[Any, Callable[[Names, Any, int, str], str | None]] = {
 # they are primitives: called on raw values a primitive calls its raw function anyway).
 HELPERS: dict[str, Any] = {
     "_sum": _raw(W.sum),
+    "_usum": _usum,
     "_cos": _raw(W.cos),
     "_sin": _raw(W.sin),
     "_cosh": _raw(W.cosh),
@@ -312,6 +367,8 @@ HELPERS: dict[str, Any] = {
     "_where": W.where if not hasattr(W.where, "fun") else W.where.fun,
     "_np_zeros": np.zeros,
     "_match_complex": numpy_vjps.match_complex,
+    "_np_dot": np.dot,
+    "_asarray": np.asarray,
     "_dot_adjoint_0": _raw(numpy_vjps.dot_adjoint_0),
     "_dot_adjoint_1": _raw(numpy_vjps.dot_adjoint_1),
     "_matmul_adjoint_0": numpy_vjps.matmul_adjoint_0,
@@ -428,3 +485,9 @@ def shapes(v: Any) -> Any:
     if type(v) is tuple or type(v) is list:
         return tuple(shapes(e) for e in v)
     return np.shape(v)
+
+
+def basic_index(idx: Any) -> bool:
+    """True for indices made of ints, slices, None and Ellipsis (no repeated elements)."""
+    items = idx if type(idx) is tuple else (idx,)
+    return all(type(i) in (int, slice, type(None), type(Ellipsis)) for i in items)

@@ -57,6 +57,12 @@ def same(a: Any, b: Any) -> bool:
         return False
 
 
+def _iadd(x: Any, y: Any) -> Any:
+    """A vector space's ``_mut_add``: ``x += y``, returning ``x``."""
+    x += y
+    return x
+
+
 # -- phase 1: liveness -----------------------------------------------------------------------
 
 
@@ -121,40 +127,132 @@ def backward_order(tape: Tape) -> list[int]:
 # -- phase 3: the backward plan --------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Dense:
+    """A cotangent given by an expression (``{G}`` stands for the node's cotangent)."""
+
+    expr: str
+
+
+@dataclass(frozen=True)
+class Scatter:
+    """``A[idx]``'s cotangent: autograd's ``untake``, a sparse object added into zeros of
+    ``A``'s shape (``add_outgrads``/``sparse_add``), done here in place."""
+
+    expr: str
+    index: str  # the index, as the generated code names it
+    basic: bool  # ints and slices: no element repeats, ``acc[idx] += g`` is ``add.at``
+    zeros: str  # expression for ``vspace(A).zeros()``
+
+
+@dataclass(frozen=True)
+class RootElement:
+    """``params[k]`` of a list, tuple or dict argument: added into the k-th zeros."""
+
+    expr: str
+    position: int
+
+
+Contribution = Dense | Scatter | RootElement
+
+
 @dataclass
 class Step:
-    """The VJP of one node: direct expressions per parent, or autograd's maker."""
+    """The VJP of one node: a contribution per parent, or autograd's maker (``None``)."""
 
     op: Op
-    exprs: list[str] | None  # one per parent (aligned with op.parents), or None: generic
+    parts: list[Contribution] | None
 
 
 @dataclass
 class Plan:
     steps: list[Step]
     generic_slots: set[int] = field(default_factory=set)  # accumulated with add_outgrads
+    root_keys: list[Any] | None = None  # the split root's keys, when it is split
 
 
 def plan_backward(tape: Tape, names: Any, order: list[int]) -> Plan:
     producer = {op.slot: op for op in tape.ops}
+    root_keys = _root_split(tape, [producer[s] for s in order if s != 0])
     steps = []
     generic: set[int] = set()
     for slot in order:
         if slot == 0:
             continue
         op = producer[slot]
-        exprs: list[str] | None = []
-        for pos in op.argnums:
-            expr = adjoints.adjoint(names, op, pos, "{G}", f"v{op.slot}")
-            if expr is None:
-                exprs = None
+        parts: list[Contribution] | None = []
+        for pos, parent in zip(op.argnums, op.parents, strict=True):
+            part = _contribution(names, op, pos, parent, root_keys)
+            if part is None:
+                parts = None
                 break
-            exprs.append(expr)  # type: ignore[union-attr]
-        if exprs is None:
+            parts.append(part)  # type: ignore[union-attr]
+        if parts is None:
             _check_vjp(op)
             generic.update(op.parents)
-        steps.append(Step(op, exprs))
-    return Plan(steps, generic)
+        steps.append(Step(op, parts))
+    # A sparse contribution to a slot accumulated by ``add_outgrads`` goes through
+    # autograd's own VJP maker too: ``add_outgrads`` then sees the sparse object it expects.
+    for step in steps:
+        if step.parts is not None and any(
+            isinstance(part, Scatter) and parent in generic
+            for parent, part in zip(step.op.parents, step.parts, strict=True)
+        ):
+            _check_vjp(step.op)
+            step.parts = None
+            generic.update(step.op.parents)
+    return Plan(steps, generic, root_keys)
+
+
+def _contribution(
+    names: Any, op: Op, pos: int, parent: int, root_keys: list[Any] | None
+) -> Contribution | None:
+    if root_keys is not None and parent == 0:
+        return RootElement("{G}", root_keys.index(op.args[1]))
+    if op.fun is adjoints.getitem and pos == 0 and _dense_real(op.args[0]):
+        if not adjoints.is_autograds_rule(op.fun):
+            return None
+        idx = op.args[1]
+        if isinstance(idx, list) and (len(idx) == 0 or not isinstance(idx[0], slice)):
+            idx = np.array(idx, dtype="int64")  # as autograd's untake does
+        a = op.args[0]
+        zeros = f"_np_zeros({a.shape!r}, dtype={names.const(a.dtype)})"
+        return Scatter("{G}", names.const(idx), adjoints.basic_index(idx), zeros)
+    expr = adjoints.adjoint(names, op, pos, "{G}", f"v{op.slot}")
+    return Dense(expr) if expr is not None else None
+
+
+def _dense_real(v: Any) -> bool:
+    return type(v) is np.ndarray and v.dtype.kind == "f" and v.ndim > 0
+
+
+def _root_split(tape: Tape, ops: list[Op]) -> list[Any] | None:
+    """Keys of a list, tuple or dict root whose every use is ``root[key]`` with a constant
+    key, and whose elements are real arrays or floats: its cotangent is then built element
+    by element, as autograd's container vector space adds them, without sparse objects."""
+    root = tape.values[0]
+    if type(root) not in (list, tuple, dict):
+        return None
+    keys = list(range(len(root))) if type(root) is not dict else list(root)
+    if not all(_real_leaf(root[k]) for k in keys):
+        return None
+    take = adjoints.container_take
+    for op in ops:
+        if 0 in op.parents:
+            if op.fun is not take or op.parents != (0,) or op.kwargs or len(op.args) != 2:
+                return None
+            key = op.args[1]
+            if type(key) not in (int, str) or key not in keys:
+                return None
+    if not adjoints.is_container_take_rule():
+        return None
+    return keys
+
+
+def _real_leaf(v: Any) -> bool:
+    if type(v) is float:
+        return True
+    return (type(v) is np.ndarray or isinstance(v, np.floating)) and np.result_type(v).kind == "f"
 
 
 def _check_vjp(op: Op) -> None:
@@ -190,6 +288,8 @@ class Emitter:
             _add=add_outgrads,
             _shapes=adjoints.shapes,
             _stack=anp.stack,
+            _iadd=_iadd,
+            _add_at=np.add.at,
             _reshape_j=getattr(anp.reshape, "fun", anp.reshape),
         )
         self._consts: dict[int, str] = {}
@@ -249,7 +349,7 @@ class Emitter:
         name = f"replay_{next(_names)}"
         source = f"def {name}(args, kwargs):\n" + "\n".join(self.lines) + "\n"
         exec(compile(source, GENERATED_FILE, "exec"), self.ns)
-        direct = sum(1 for s in plan.steps if s.exprs is not None)
+        direct = sum(1 for s in plan.steps if s.parts is not None)
         return Compiled(self.ns[name], source, self.guards, len(plan.steps), direct)
 
     def _forward(self, needed: list[bool]) -> None:
@@ -276,35 +376,60 @@ class Emitter:
                     self.guard(f"_shapes(v{e.slot}) != {want!r}", f"shape of {fname}(...)")
 
     def _backward(self, plan: Plan) -> list[str]:
-        """Backward statements (without indentation), in autograd's order."""
+        """Backward statements (without indentation), in autograd's order.
+
+        Per slot, contributions are added as ``add_outgrads`` would: the first one kept
+        as it is, the second added into a new array, later ones in place; a sparse one
+        (``A[idx]``'s) into zeros. A slot any of whose contributions comes from an
+        autograd VJP maker (of unknown kind) is accumulated with ``add_outgrads`` itself.
+        """
         body: list[str] = []
-        count: dict[int, int] = {}
+        state: dict[int, str] = {}  # slot -> "plain" (kept as given) or "owned"
         generic = plan.generic_slots
+        if plan.root_keys is not None:
+            root = self.tape.values[0]
+            for k, key in enumerate(plan.root_keys):
+                body.append(f"r{k} = {self.const(vspace(root[key]))}.zeros()")
 
         def read(slot: int) -> str:
             if slot == self.tape.output:
                 return "gs"
             return f"f{slot}[0]" if slot in generic else f"g{slot}"
 
-        def accumulate(slot: int, expr: str) -> None:
-            k = count.get(slot, 0) + 1
-            count[slot] = k
+        def add(slot: int, part: Contribution, g: str) -> None:
+            expr = f"({part.expr.replace('{G}', g)})"
+            name, now = f"g{slot}", state.get(slot)
             if slot in generic:
-                prev = f"f{slot}" if k > 1 else "None"
+                prev = f"f{slot}" if now else "None"
                 body.append(f"f{slot} = _add({prev}, {expr})")
-            elif k == 1:
-                body.append(f"g{slot} = {expr}")
-            elif k == 2:
-                body.append(f"g{slot} = g{slot} + {expr}")
+                state[slot] = "owned"
+            elif isinstance(part, RootElement):
+                body.append(f"r{part.position} += {expr}")
+            elif isinstance(part, Scatter):
+                if now is None:
+                    body.append(f"{name} = {part.zeros}")
+                elif now == "plain":  # vs.mut_add(None, prev): zeros + prev, then owned
+                    body.append(f"{name} = _iadd({part.zeros}, {name})")
+                if part.basic:
+                    body.append(f"{name}[{part.index}] += {expr}")
+                else:
+                    body.append(f"_add_at({name}, {part.index}, {expr})")
+                state[slot] = "owned"
+            elif now is None:
+                body.append(f"{name} = {expr}")
+                state[slot] = "plain"
+            elif now == "plain":
+                body.append(f"{name} = {name} + {expr}")
+                state[slot] = "owned"
             else:
-                body.append(f"g{slot} += {expr}")
+                body.append(f"{name} += {expr}")
 
         for step in plan.steps:
             op = step.op
             g = read(op.slot)
-            if step.exprs is not None:
-                for parent, expr in zip(op.parents, step.exprs, strict=True):
-                    accumulate(parent, f"({expr.replace('{G}', g)})")
+            if step.parts is not None:
+                for parent, part in zip(op.parents, step.parts, strict=True):
+                    add(parent, part, g)
             else:
                 maker = self.const(primitive_vjps[op.fun])
                 argtuple = "(" + "".join(f"{self.arg(op, i)}, " for i in range(len(op.args))) + ")"
@@ -313,12 +438,21 @@ class Emitter:
                     f"it = iter({maker}({op.argnums!r}, v{op.slot}, {argtuple}, {kw})({g}))"
                 )
                 for parent in op.parents:
-                    accumulate(parent, "next(it)")
+                    add(parent, Dense("next(it)"), g)
         return body
 
     def _wrap(self, body: list[str], plan: Plan) -> None:
         tape = self.tape
         result = "f0[0]" if 0 in plan.generic_slots else "g0"
+        if plan.root_keys is not None:
+            root = tape.values[0]
+            elems = [f"r{k}" for k in range(len(plan.root_keys))]
+            if type(root) is dict:
+                keyed = zip(plan.root_keys, elems, strict=True)
+                pairs = ", ".join(f"{key!r}: {e}" for key, e in keyed)
+                result = "{" + pairs + "}"
+            else:
+                result = f"{type(root).__name__}(({', '.join(elems)},))"
         if tape.output == 0:  # the function returns its argument unchanged
             result = "gs"
         vs = vspace(tape.values[tape.output])
