@@ -421,7 +421,8 @@ def test_a_new_path_records_what_it_calls(ip: Shell) -> None:
     ip.run("import types\nhm = types.ModuleType('hm')\nsuffix = ''")
     ip.run("exec('def g(x):\\n    return 2 * x', hm.__dict__)")
     ip.run(
-        "def h(x):\n    if x > 0:\n        return np.sin(x)\n    return getattr(hm, 'g' + suffix)(x)"
+        "def h(x):\n    if x > 0:\n        return np.sin(x)\n"
+        "    return getattr(hm, 'g' + suffix)(x)"
     )
     ip.run("dh = grad(h)")
     assert ip.run("dh(1.0)") == pytest.approx(onp.cos(1.0))

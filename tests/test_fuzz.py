@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import autograd
 import numpy as onp
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from IPython.core.error import UsageError
-
-import autograd
 
 from ipyrefresh.ipython.gradline import parse_call
 from ipyrefresh.ipython.magics import parse_grad_line
@@ -28,6 +27,7 @@ TRANSFORM_FLAGS = ["--hessian", "--jacobian", "--value", "--elementwise"]
 
 def reference(fn: Any, transform: str, argnum: Any, args: Any, kwargs: Any) -> Any:
     return getattr(autograd, transform)(fn, argnum)(*args, **kwargs)
+
 
 NS_SETUP = """
 import autograd.numpy as np

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import autograd
 import pytest
 from IPython.core.error import UsageError
-
-import autograd
 
 import ipyrefresh
 

@@ -9,10 +9,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import autograd
 import numpy as onp
 import pytest
-
-import autograd
 
 import ipyrefresh
 from ipyrefresh._src.engine import current

@@ -34,7 +34,7 @@ from .recorder import CallLog, record, recording_possible
 from .snapshot import Unguardable, Walker, rng_state, rules_of
 
 _GLOBAL_RNG = np.random.mtrand._rand
-_PY_RANDOM = random._inst  # type: ignore[attr-defined]  # the module's functions draw from it
+_PY_RANDOM = random._inst  # the module's functions draw from it
 
 
 @dataclass
@@ -200,7 +200,7 @@ def _made_by(code: CodeType, codes: Mapping[CodeType, Any]) -> bool:
 
 
 def _prefix(globs: Mapping[str, Any]) -> str:
-    name = dict.get(globs, "__name__") if type(globs) is dict else None  # type: ignore[arg-type]
+    name = dict.get(globs, "__name__") if type(globs) is dict else None
     return "" if type(name) is not str or name == "__main__" else f"{name}."
 
 
@@ -225,7 +225,7 @@ def _unboxes(log: CallLog) -> list[str]:
     found = []
     for code, globs in log.codes.items():
         facts = codefacts.facts(code)
-        uses_getval = any(dict.get(globs, n) is getval for n in facts.globals)  # type: ignore[arg-type]
+        uses_getval = any(dict.get(globs, n) is getval for n in facts.globals)
         if uses_getval or "_value" in facts.attrs or "getval" in facts.attrs:
             found.append(f"{codefacts.qualname(code)} reads traced values directly (getval)")
     return found

@@ -95,8 +95,9 @@ def _scan(code: CodeType) -> CodeFacts:
             name = op.opname
             if name in _LOAD_GLOBAL:
                 g = op.argval
-                if g == "globals" and _const_subscript(ins, i) is not None:
-                    names.add(_const_subscript(ins, i))  # globals()['a'] reads 'a'
+                subscript = _const_subscript(ins, i) if g == "globals" else None
+                if subscript is not None:
+                    names.add(subscript)  # globals()['a'] reads 'a'
                 elif g in _DYNAMIC_NAMESPACE:
                     dynamic = True
                 if g in _INTROSPECTION or g == "vars":
@@ -155,9 +156,9 @@ def _chains(ins: list[dis.Instruction]) -> set[tuple[str, ...]]:
                 if ins[j].opname in ("IMPORT_FROM", "LOAD_ATTR"):
                     path.append(ins[j].argval)
                 if j + 1 < len(ins) and ins[j + 1].opname in _STORE_LOCAL:
-                    chain = (f"import:{module}", *path)
-                    imported[ins[j + 1].argval] = chain
-                    found.add(chain)
+                    imported_chain = (f"import:{module}", *path)
+                    imported[ins[j + 1].argval] = imported_chain
+                    found.add(imported_chain)
                     path = []
                     j += 2
                     continue

@@ -264,8 +264,8 @@ class Engine:
                 except Exception as exc:  # the name is gone, or model.loss raises now
                     gone = isinstance(exc, TargetGone)
                     kind = ChangeKind.DELETED if gone else ChangeKind.UNREADABLE
-                    bad = Mismatch(entry.target.label, kind)
-                    entry.invalidate(self._change(bad, detection, entry))
+                    gone_bad = Mismatch(entry.target.label, kind)
+                    entry.invalidate(self._change(gone_bad, detection, entry))
                     went += 1
                     continue
                 for variant in entry.variants:

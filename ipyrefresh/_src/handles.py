@@ -88,8 +88,9 @@ class Derivative:
                     entry.hit(variant, self._engine.cell)
                     return answer
         sig = (backend, call_signature(args, kwargs))
-        entry = self._entries.get(sig)
-        if entry is not None:
+        known = self._entries.get(sig)
+        if known is not None:
+            entry = known
             for variant in entry.variants:
                 guard = variant.guard
                 if variant.replays_python:

@@ -85,7 +85,7 @@ def same_scalar(a: Any, b: Any) -> bool:
     if a == b:
         # 0.0 == -0.0, but arctan2 (and autograd) tell them apart: compare the sign too.
         return a != 0 or t is bool or t is int or _sign_bits(a) == _sign_bits(b)
-    return a != a and b != b  # both NaN
+    return bool(a != a and b != b)  # both NaN
 
 
 def _sign_bits(v: Any) -> tuple[bool, ...]:

@@ -67,6 +67,6 @@ class ArgReader(Reader):
 
     def read(self, fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
         key = self.key
-        if type(key) is int:
+        if isinstance(key, int):
             return args[key] if key < len(args) else MISSING
-        return kwargs.get(key, MISSING)  # type: ignore[call-overload]
+        return kwargs.get(key, MISSING)

@@ -20,7 +20,7 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import BuiltinFunctionType, CodeType, FrameType
@@ -44,7 +44,7 @@ class CallLog:
     ``complete`` is False when no hook could be installed: the log then proves nothing.
     """
 
-    calls: dict[tuple[CodeType | None, CodeType], Mapping[str, Any]] = field(default_factory=dict)
+    calls: dict[tuple[CodeType | None, CodeType], dict[str, Any]] = field(default_factory=dict)
     effects: list[str] = field(default_factory=list)
     complete: bool = True
     note: str = ""
@@ -69,7 +69,7 @@ class CallLog:
             self.effects.append(what)
 
     @property
-    def codes(self) -> dict[CodeType, Mapping[str, Any]]:
+    def codes(self) -> dict[CodeType, dict[str, Any]]:
         """Every user code object that ran, with its globals."""
         return {code: globs for (_, code), globs in self.calls.items()}
 

@@ -200,6 +200,8 @@ class Walker:
 
     def code_reads(self, code: CodeType, globs: Mapping[str, Any], label: str) -> None:
         """The globals and module attributes that user ``code`` loads."""
+        if type(globs) is not dict:
+            raise Unguardable(f"{label} is read from a namespace that is not a dict")
         facts = codefacts.facts(code)
         if facts.dynamic_namespace:
             raise Unguardable(f"{label} reads its namespace by computed names (eval, globals())")
@@ -208,7 +210,7 @@ class Walker:
         try:
             for name in sorted(facts.globals):
                 self.global_name(globs, name, prefix + name)
-                value = dict.get(globs, name, MISSING)  # type: ignore[arg-type]
+                value = dict.get(globs, name, MISSING)
                 if type(value) is FunctionType and codefacts.is_user_code(value.__code__):
                     self.guard.edges[(label, prefix + name)] = "static"  # (recursion too)
             for chain in sorted(facts.chains):
@@ -380,7 +382,7 @@ class Walker:
         self.covered.add(code)
         self.covered.update(_nested(code))
         positional = codefacts.parameters(code)[0]
-        defaults = None
+        defaults: Node
         if fn.__defaults__ is not None:
             first = len(positional) - len(fn.__defaults__)
             names = positional[first:]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import io
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -262,7 +262,9 @@ def in_kernel(shell: Any) -> bool:
 
 def run(shell: Any, engine: Engine, name: str, form: str = "auto") -> None:
     """The body of ``%callgraph``; raises :class:`CallgraphError` for the user."""
-    from IPython.display import display
+    from IPython import display as ipython_display
+
+    display: Callable[..., None] = ipython_display.display  # (IPython declares no types)
 
     if not name.isidentifier():
         raise CallgraphError(f"{name!r} is not a name: %callgraph NAME (a function or a handle)")

@@ -64,8 +64,8 @@ _ORDER = {"failed": 0, "stale": 1, "unbuilt": 2, "fresh": 3}
 _IN_CELL = re.compile(r"^(?P<what>.*) in cell \[(?P<cell>\d+)\]$", re.S)
 
 
-def _clip(text: Any) -> str:
-    text = str(text)
+def _clip(value: Any) -> str:
+    text = str(value)
     return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
 
 

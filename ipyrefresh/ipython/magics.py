@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
+from IPython.core import magic_arguments as _magic_arguments
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .._src import compilers
 from .._src.compilers.base import Transform
@@ -26,10 +27,23 @@ from .gradline import (
 )
 from .report import stale_report
 
+_F = TypeVar("_F", bound=Callable[..., Any])
 
-def _parse(magic: Any, line: str, name: str) -> argparse.Namespace:
+
+class _Decorator(Protocol):
+    def __call__(self, fn: _F, /) -> _F: ...
+
+
+# IPython's magic_arguments, with the types its decorators have (it declares none).
+magic_arguments: Callable[[], _Decorator] = _magic_arguments.magic_arguments
+argument: Callable[..., _Decorator] = _magic_arguments.argument
+parse_argstring: Callable[[Any, str], argparse.Namespace] = _magic_arguments.parse_argstring
+
+
+def _parse(name: str, line: str) -> argparse.Namespace:
+    """Parse the arguments of ``%name`` with the parser its decorators declared."""
     try:
-        return parse_argstring(magic, line)
+        return parse_argstring(getattr(IPyRefreshMagics, name), line)
     except UsageError as exc:
         raise UsageError(f"%{name}: {exc}") from None
 
@@ -91,7 +105,7 @@ class IPyRefreshMagics(Magics):
     @line_magic
     def refresh(self, line: str) -> None:
         """Rebuild stale derivatives now: ``%refresh [name] [--all]``."""
-        opts = _parse(self.refresh, line, "refresh")
+        opts = _parse("refresh", line)
         report = self.engine.refresh(opts.name, force=opts.all)
         rebuilt, pending, failed = report["rebuilt"], report["pending"], report["failed"]
         if not (rebuilt or pending or failed):
@@ -115,7 +129,7 @@ class IPyRefreshMagics(Magics):
         """What the cached derivatives of a function depend on: ``%callgraph f``."""
         from .callgraph import CallgraphError, run
 
-        opts = _parse(self.callgraph, line, "callgraph")
+        opts = _parse("callgraph", line)
         form = "text" if opts.text else "svg" if opts.svg else "auto"
         try:
             run(self.shell, self.engine, opts.name, form)
@@ -137,7 +151,7 @@ class GradRequest:
 def parse_grad_line(line: str) -> GradRequest:
     """Parse a ``%grad`` line (``UsageError`` for bad options, ``GradLineError`` else)."""
     options, expr = split_options(line)
-    opts = _parse(IPyRefreshMagics.grad, options, "grad")
+    opts = _parse("grad", options)
     if not expr:
         raise GradLineError("nothing to differentiate: %grad [options] f(args)")
     return GradRequest(

@@ -127,7 +127,8 @@ def clear_user_traces() -> None:
 
         caches = list(util._caches.items())
     except (ImportError, AttributeError):  # pragma: no cover - other jax versions
-        jax.clear_caches()
+        clear_all: Callable[[], None] = jax.clear_caches  # (untyped in some jax versions)
+        clear_all()
         return
     for cache, name in caches:
         if any(k in name for k in _KEEP):

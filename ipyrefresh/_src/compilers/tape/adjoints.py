@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import autograd.numpy as anp
 import numpy as np
-from autograd.builtins import container_take
+from autograd.builtins import container_take as container_take
 from autograd.core import primitive_vjps
 from autograd.numpy import numpy_vjps
 from autograd.numpy import numpy_wrapper as W
@@ -75,7 +75,7 @@ def is_container_take_rule() -> bool:
 
 
 def _from_numpy_vjps(f: Any) -> bool:
-    return getattr(f, "__module__", None) == numpy_vjps.__name__
+    return bool(getattr(f, "__module__", None) == numpy_vjps.__name__)
 
 
 def _is_real(v: Any) -> bool:
@@ -83,7 +83,7 @@ def _is_real(v: Any) -> bool:
     if t is float:
         return True
     if t is np.ndarray or isinstance(v, np.generic):
-        return v.dtype.kind == "f"
+        return bool(v.dtype.kind == "f")
     return False
 
 
@@ -119,7 +119,7 @@ def _usum(a: Any, axis: int, keepdims: bool = False) -> Any:
     return np.sum(a, axis=axis)
 
 
-_ADD_REDUCE = np.add.reduce
+_ADD_REDUCE: Any = np.add.reduce
 
 
 UNARY: dict[Any, str] = {

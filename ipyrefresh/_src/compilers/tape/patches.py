@@ -41,6 +41,9 @@ _STATIC = {
 _INT_TYPES = ("int8", "int16", "int32", "int64", "integer")
 
 
+_BOOL, _NEW = "__bool__", "__new__"  # the methods install() sets on autograd's classes
+
+
 class _NotraceSpy:
     """Stands in for ``notrace_primitives[TapeNode]``; see the module docstring."""
 
@@ -102,15 +105,15 @@ def install() -> str:
     with _State.lock:
         if _State.installed:
             return _State.broken
-        _State.originals = {"__bool__": Box.__dict__.get("__bool__")}
-        notrace_primitives[TapeNode] = _NotraceSpy()  # type: ignore[assignment]
-        Box.__bool__ = _traced_bool  # type: ignore[method-assign,assignment]
+        _State.originals = {_BOOL: Box.__dict__.get(_BOOL)}
+        notrace_primitives[TapeNode] = _NotraceSpy()
+        setattr(Box, _BOOL, _traced_bool)
         for name in _INT_TYPES:
             cls = getattr(anp, name, None)
             orig = cls.__dict__.get("__new__") if isinstance(cls, type) else None
             if orig is not None:
                 _State.originals[name] = orig
-                cls.__new__ = staticmethod(_int_new(orig))  # type: ignore[union-attr]
+                setattr(cls, _NEW, staticmethod(_int_new(orig)))
         _State.installed = True
         _State.broken = _probe()
         return _State.broken
@@ -121,14 +124,16 @@ def uninstall() -> None:
     with _State.lock:
         if not _State.installed:
             return
-        orig = _State.originals.get("__bool__")
+        orig = _State.originals.get(_BOOL)
         if orig is not None:
-            Box.__bool__ = orig  # type: ignore[method-assign]
+            setattr(Box, _BOOL, orig)
+        elif _BOOL in Box.__dict__:
+            delattr(Box, _BOOL)  # autograd's Box had none: truth is object's again
         notrace_primitives.pop(TapeNode, None)
         for name in _INT_TYPES:
             cls = getattr(anp, name, None)
             if name in _State.originals and isinstance(cls, type):
-                cls.__new__ = _State.originals[name]  # type: ignore[method-assign]
+                setattr(cls, _NEW, _State.originals[name])
         _State.installed = False
         _State.broken = ""
 

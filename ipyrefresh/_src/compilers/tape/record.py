@@ -95,13 +95,13 @@ class Tape:
         if not roots:
             return
         for e in self.events:
-            if type(e) is BoolGuard:
+            if isinstance(e, BoolGuard):
                 continue
             boxed = set(e.argnums)
             for pos, a in enumerate(e.args):
                 if pos in boxed or type(a) is not np.ndarray or id(a) in self.owned:
                     continue
-                base = a
+                base: np.ndarray | None = a
                 while isinstance(base, np.ndarray):
                     if id(base) in roots:
                         self.owned[id(a)] = a.copy(order="K")
@@ -166,6 +166,7 @@ class TapeNode(VJPNode):
             )
         )
 
+    # autograd's Node.new_root passes its arguments on to initialize_root
     def initialize_root(self, tape: Tape, value: Any) -> None:  # type: ignore[override]
         super().initialize_root()
         self.tape = tape

@@ -1,0 +1,5 @@
+from typing import Any
+
+def __getattr__(name: str) -> Any: ...
+
+container_take: Any
