@@ -114,7 +114,8 @@ class NotebookModel:
         kind = next((k for k, edge in enumerate(edges) if action < edge), None)
         if kind is None:
             return None
-        return _CHANGES[kind](self, run)
+        play: Callable[[Callable[[str], object]], set[str]] = getattr(self, _CHANGES[kind].__name__)
+        return play(run)  # (through the instance: subclasses may refine a change)
 
     def _redefine(self, run: Callable[[str], object]) -> set[str]:
         return self.define(self.rng.randrange(N_FUNCS), run)

@@ -452,3 +452,32 @@ def test_library_generated_code_is_not_a_dependency(ip: Shell) -> None:
     assert ("g", "P.__new__") not in ipyrefresh.status()  # no made-up call-graph nodes
     ip.run("exec('def f(x):\\n    return x * 5.0', globals())")
     assert ip.run("grad(g)(1.0)") == 15.0
+
+
+def test_calls_alternating_kinds_of_argument_each_get_their_answer(engine: Engine) -> None:
+    """The last variant is tried first, without a cache key: its guard must itself turn
+    away an argument of another shape, dtype or type, and another call shape."""
+    import autograd.numpy as anp
+
+    def f(x: object, scale: float = 1.0, *rest: object) -> object:
+        return anp.sum(anp.sin(x) * anp.cos(x) ** 2) * scale * (1.0 + len(rest))
+
+    dh = ipyrefresh.grad(f)
+    calls: list[tuple[tuple[object, ...], dict[str, object]]] = [
+        ((onp.linspace(0.1, 1.0, 5),), {}),
+        ((onp.linspace(0.1, 1.0, 1),), {}),  # broadcasts against (5,) if misapplied
+        ((onp.linspace(0.1, 1.0, 5).astype("float32"),), {}),
+        ((onp.linspace(0.1, 1.0, 6).reshape(2, 3),), {}),
+        ((onp.linspace(0.1, 1.0, 5)[::2],), {}),  # a strided view
+        ((0.3,), {}),
+        ((onp.float64(0.3),), {}),
+        ((onp.linspace(0.1, 1.0, 5),), {"scale": 2.0}),
+        ((onp.linspace(0.1, 1.0, 5), 2.0), {}),
+        ((onp.linspace(0.1, 1.0, 5), 2.0, "extra"), {}),
+    ]
+    for _ in range(2):
+        for args, kwargs in calls + calls[::-1]:
+            got, want = dh(*args, **kwargs), autograd.grad(f)(*args, **kwargs)
+            assert type(got) is type(want)
+            assert onp.asarray(got).dtype == onp.asarray(want).dtype
+            assert onp.array_equal(got, want)

@@ -145,6 +145,7 @@ def _walk(
         for k, v in kwargs.items():
             if k not in unread_kw:
                 walker.argument(k, v, f"argument {k}")
+        walker.call(args, kwargs, request.argnums)
         if log is not None:
             _dynamic(walker, log)
     except Unguardable as exc:

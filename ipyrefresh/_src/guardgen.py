@@ -20,20 +20,24 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from autograd.core import primitive_vjps
 
 from .changes import ChangeKind
 from .code import GENERATED_FILE
 from .digest import array_digest
 from .guard import Check
+from .keys import arg_signature
 from .nodes import (
     MISSING,
     Absent,
+    Arity,
     Array,
     Cell,
     Function,
     Identity,
     Instance,
+    Like,
     Map,
     Mismatch,
     Node,
@@ -45,7 +49,7 @@ from .nodes import (
     same_scalar,
     same_scalars,
 )
-from .readers import ArgReader, FixedReader, NameReader, Reader, TargetReader
+from .readers import ArgReader, CallReader, FixedReader, NameReader, Reader, TargetReader
 
 #: Containers up to this size are unrolled; larger ones call their node's check.
 _UNROLL = 24
@@ -73,6 +77,9 @@ class _Emitter:
             "_digest": array_digest,
             "_cell": _cell,
             "_vjps": primitive_vjps.get,
+            "_ndarray": np.ndarray,
+            "_signature": arg_signature,
+            "_sorted_keys": lambda kwargs: tuple(sorted(kwargs)),
         }
         self.lines: list[str] = []
         self._k = itertools.count()
@@ -283,6 +290,31 @@ _EMITTERS: dict[type, Callable[[_Emitter, Node, str, bool], None]] = {
 }
 
 
+def _like(e: _Emitter, node: Node, v: str, arg: bool) -> None:
+    assert isinstance(node, Like)
+    sig, bad = node.sig, e.node_fail(node, v, arg, ChangeKind.RESHAPED)
+    if type(sig) is tuple and len(sig) == 2 and type(sig[1]) is str:  # an ndarray's
+        e.fail(
+            f"_type({v}) is not _ndarray or {v}.shape != {sig[0]!r} or {v}.dtype.str != {sig[1]!r}",
+            bad,
+        )
+    elif sig in ("float", "int", "complex"):
+        e.fail(f"_type({v}) is not {sig}", bad)
+    else:
+        e.fail(f"_signature({v}) != {e.const(sig)}", bad)
+
+
+def _arity(e: _Emitter, node: Node, v: str, arg: bool) -> None:
+    assert isinstance(node, Arity)
+    bad = e.mismatch(node, ChangeKind.RESHAPED, arg)
+    keywords = f"_sorted_keys({v}[1]) != {node.keywords!r}" if node.keywords else f"{v}[1]"
+    e.fail(f"_len({v}[0]) != {node.count} or {keywords}", bad)
+
+
+_EMITTERS[Like] = _like
+_EMITTERS[Arity] = _arity
+
+
 def _read(e: _Emitter, reader: Reader) -> str:
     v = e.var()
     if type(reader) is TargetReader:
@@ -295,6 +327,8 @@ def _read(e: _Emitter, reader: Reader) -> str:
             e.line(f"{v} = args[{key}] if {key} < _len(args) else MISSING")
         else:
             e.line(f"{v} = _dget(kwargs, {key!r}, MISSING)")
+    elif type(reader) is CallReader:
+        e.line(f"{v} = (args, kwargs)")
     elif type(reader) is FixedReader:
         e.line(f"{v} = {e.const(reader.get)}()")
         e.line(f"if {v} is None: {v} = MISSING")

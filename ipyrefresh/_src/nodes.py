@@ -28,6 +28,7 @@ from autograd.core import primitive_vjps
 
 from .changes import ChangeKind
 from .digest import array_digest, buffer_digest
+from .keys import arg_signature
 
 
 class _Missing:
@@ -641,3 +642,38 @@ class Cell(Node):
         if bad is not None and bad.subject == self.inner.label:
             return Mismatch(self.label, ChangeKind.CLOSURE_CHANGED)
         return bad
+
+
+class Like(Node):
+    """A differentiated argument: a tape replays any value of the same kind, the part of
+    the cache key it makes (``keys.arg_signature``: its type; shape and dtype for an array)."""
+
+    __slots__ = ("sig",)
+
+    def __init__(self, label: str, value: Any) -> None:
+        super().__init__(label)
+        self.sig = arg_signature(value)
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if value is MISSING:
+            return Mismatch(self.label, ChangeKind.DELETED)
+        if arg_signature(value) != self.sig:
+            return Mismatch(self.label, ChangeKind.RESHAPED)
+        return None
+
+
+class Arity(Node):
+    """How many positional arguments a call passes, and which keywords."""
+
+    __slots__ = ("count", "keywords")
+
+    def __init__(self, label: str, count: int, keywords: tuple[str, ...]) -> None:
+        super().__init__(label)
+        self.count = count
+        self.keywords = tuple(sorted(keywords))
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        args, kwargs = value
+        if len(args) != self.count or tuple(sorted(kwargs)) != self.keywords:
+            return Mismatch(self.label, ChangeKind.RESHAPED)
+        return None

@@ -70,3 +70,14 @@ class ArgReader(Reader):
         if isinstance(key, int):
             return args[key] if key < len(args) else MISSING
         return kwargs.get(key, MISSING)
+
+
+class CallReader(Reader):
+    """The call itself: its positional arguments and its keywords."""
+
+    __slots__ = ()
+
+    def read(
+        self, fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> tuple[tuple[Any, ...], Mapping[str, Any]]:
+        return args, kwargs

@@ -35,6 +35,7 @@ from types import (
 from typing import Any
 
 import numpy as np
+from autograd.core import primitive_vjps
 from autograd.tracer import Box
 
 from . import code as codefacts
@@ -45,6 +46,7 @@ from .nodes import (
     MISSING,
     Absent,
     AllOf,
+    Arity,
     Array,
     BoundBuiltin,
     Buffer,
@@ -53,6 +55,7 @@ from .nodes import (
     Function,
     Identity,
     Instance,
+    Like,
     Map,
     Method,
     Mismatch,
@@ -71,7 +74,7 @@ from .nodes import (
     iterate,
     part,
 )
-from .readers import ArgReader, FixedReader, NameReader, Reader, TargetReader
+from .readers import ArgReader, CallReader, FixedReader, NameReader, Reader, TargetReader
 from .targets import Target
 
 #: Most values one derivative's guard may hold; beyond, it runs plain autograd.
@@ -171,6 +174,16 @@ class Walker:
         finally:
             self._in_argument = False
 
+    def call(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], argnums: tuple[int, ...]
+    ) -> None:
+        """The call's shape, and the kind of each differentiated argument: what the cache
+        key holds of them, checked by the guard itself (a variant tried without a key)."""
+        self.guard.args.append((CallReader(), Arity("the call", len(args), tuple(kwargs))))
+        for i in argnums:
+            if i < len(args):
+                self.guard.args.append((ArgReader(i), Like(f"argument {i}", args[i])))
+
     def global_name(self, globs: Mapping[str, Any], name: str, label: str) -> None:
         """A name loaded by user code from ``globs`` (falling back to the builtins)."""
         if type(globs) is not dict:
@@ -186,7 +199,13 @@ class Walker:
             if callable(value) and _library_namespace(globs) and not _user_function(value):
                 # jnp.sin, np.random.rand...: a library's own callables are what they are;
                 # their internals (caches, compiled traces) are not what user code reads.
-                node: Node = Identity(label, value, ChangeKind.REDEFINED)
+                # An autograd primitive's rule is part of it (``defvjp(np.cos, ...)``),
+                # read or not by this run: the code names it.
+                node: Node = (
+                    Primitive(label, value)
+                    if _has_rule(value)
+                    else Identity(label, value, ChangeKind.REDEFINED)
+                )
             else:
                 node = self.walk(value, label)
             self.env_root(NameReader(globs, name), node)
@@ -637,6 +656,13 @@ def _is_iterator(t: type) -> bool:
 def _is_ours(t: type) -> bool:
     module = type.__dict__["__dict__"].__get__(t).get("__module__")
     return type(module) is str and module.startswith("ipyrefresh.")
+
+
+def _has_rule(value: Any) -> bool:
+    try:
+        return value in primitive_vjps
+    except TypeError:  # unhashable
+        return False
 
 
 def rules_of(prims: list[Any]) -> list[tuple[Reader, Node]]:
