@@ -90,3 +90,37 @@ def _no_profiler_left_behind() -> Iterator[None]:
     if after is not before:
         sys.setprofile(before)
         pytest.fail(f"a profile hook was left installed: {after!r}")
+
+
+# --- Parallel runs (pytest-xdist, `./dev test` uses both cores) ---------------------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give this pytest process (an xdist worker, or the only process) its own IPython
+    directory. The shell's history database and profile would otherwise be one SQLite file in
+    ~/.ipython written by every worker and every kernel the tests start at once (kernels
+    inherit the variable). Set before any shell exists: IPython reads it when it makes one."""
+    import atexit
+    import os
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="ipyrefresh-ipython-")
+    os.environ["IPYTHONDIR"] = path
+    # atexit runs last-registered first: after the shell's own exit hook writes its history.
+    atexit.register(shutil.rmtree, path, True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist: the browser tests share one JupyterLab server and one Chromium (a
+    module-scoped fixture), so they run on one worker (``--dist loadgroup``); and the tests
+    marked ``slow`` start first, so that no minutes-long test begins while the other worker
+    has nothing left to do."""
+    import os
+
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+    for item in items:
+        if item.get_closest_marker("browser") is not None:
+            item.add_marker(pytest.mark.xdist_group("browser"))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
