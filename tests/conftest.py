@@ -112,15 +112,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist: the browser tests share one JupyterLab server and one Chromium (a
-    module-scoped fixture), so they run on one worker (``--dist loadgroup``); and the tests
+    """Under xdist (``./dev test`` hands tests out one at a time in this order): the tests
     marked ``slow`` start first, so that no minutes-long test begins while the other worker
     has nothing left to do."""
     import os
 
-    if "PYTEST_XDIST_WORKER" not in os.environ:
-        return
-    for item in items:
-        if item.get_closest_marker("browser") is not None:
-            item.add_marker(pytest.mark.xdist_group("browser"))
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
