@@ -89,3 +89,32 @@ def _no_recorder_left_behind() -> Iterator[None]:
         for tool in range(6):
             if sys.monitoring.get_tool(tool) == "ipyrefresh":
                 pytest.fail(f"sys.monitoring tool {tool} was left registered")
+
+
+# --- Parallel runs (pytest-xdist, `./dev test` uses both cores) ---------------------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give this pytest process (an xdist worker, or the only process) its own IPython
+    directory. The shell's history database and profile would otherwise be one SQLite file in
+    ~/.ipython written by every worker and every kernel the tests start at once (kernels
+    inherit the variable). Set before any shell exists: IPython reads it when it makes one."""
+    import atexit
+    import os
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="ipyrefresh-ipython-")
+    os.environ["IPYTHONDIR"] = path
+    # atexit runs last-registered first: after the shell's own exit hook writes its history.
+    atexit.register(shutil.rmtree, path, True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist (``./dev test`` hands tests out one at a time in this order): the tests
+    marked ``slow`` start first, so that no minutes-long test begins while the other worker
+    has nothing left to do."""
+    import os
+
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
