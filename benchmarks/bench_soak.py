@@ -1,23 +1,34 @@
-"""Soak: 10,000 cells of random redefinitions in a real IPython shell.
+"""Soak: a long random notebook session in a real IPython shell with ipyrefresh loaded.
 
-A long session redefines helpers and top-level functions, rebinds and mutates data,
-adds new names (the namespace grows to thousands of names) and calls derivative
-handles, some of which are checked against a fresh autograd computation. We report,
-for the first and the last 1,000 cells:
+The session redefines helpers and top-level functions (also in the same cell as a call),
+rebinds and mutates data in place (a small vector, a 2 MB matrix read through a value
+computed from it, a dict of settings), grows the namespace to thousands of names, makes
+new handles, and calls handles (``grad``, ``hessian``, ``value_and_grad``,
+``elementwise_grad``). Every answer is compared bit for bit with a fresh autograd
+computation of the current code. Reported for the first and the last tenth of the cells:
 
-* ipyrefresh's own time per cell: its pre/post-cell hooks and its AST transformer
-  (what every cell pays, whether or not it touches a derivative), median and p99;
-* the process's resident memory, and the peak;
-* the sizes of ipyrefresh's tables (cache, watch table, world history, targets).
+* ipyrefresh's own per-cell time: its ``pre_run_cell``/``post_run_cell`` hooks and the
+  status channel's (the callables are wrapped in place, not changed), median and p99;
+* the time of a cached handle call (cells where nothing was rebuilt), median;
+* the whole cell (IPython included), median;
+* memory: the process's RSS, and with tracemalloc the bytes allocated by lines of
+  ipyrefresh's own files that are still held;
+* the sizes of the engine's tables and of ipyrefresh's module-level caches.
 
-Flat is the goal: the end must cost what the start did. Usage::
+Flat is the goal: the end must cost what the start did, and no answer may be wrong.
 
-    .venv/bin/python benchmarks/bench_soak.py [--cells 10000] [--seed 0]
+    .venv/bin/python benchmarks/bench_soak.py [--cells 5000] [--seed 0] [--no-tracemalloc]
 """
 
 from __future__ import annotations
 
-import argparse
+import os
+
+# One BLAS/OpenMP thread, set before numpy is imported (see timing.THREADS).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
 import gc
 import random
 import resource
@@ -29,46 +40,50 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import autograd
 import numpy as onp
 from IPython.core.interactiveshell import InteractiveShell
+from timing import Report, arguments, fmt, same_bits
 
 import ipyrefresh
-from ipyrefresh._src import analysis
-from ipyrefresh._src.compilers import reference
+from ipyrefresh._src import code as codefacts
+from ipyrefresh._src import keys, nodes
+from ipyrefresh._src.engine import Engine, using
 from ipyrefresh.ipython.extension import current_extension
 
+N_HELPERS = 10
+N_TOPS = 4
 BODIES = [
     "np.sin(x) * {c}",
     "np.cos(x) + {c} * x",
-    "np.tanh(x) * W[0]",
+    "np.tanh(x) * W[{k}]",
     "x ** 2 * {c}",
     "np.exp(0.1 * x) * {c}",
+    "x * cfg['scale'] + {c}",
+    "np.sin(x) * D.mean() * {c}",  # a 2 MB matrix, read through a value computed from it
     "g{j}(x) * {c}",  # helpers calling helpers (only lower-numbered: no cycles)
 ]
-N_HELPERS = 10
 SETUP = """
 import autograd.numpy as np
-from ipyrefresh import grad, hessian, value_and_grad
-W = np.array([1.0, 2.0, 3.0])
+import numpy as onp
+from ipyrefresh import grad, hessian, value_and_grad, elementwise_grad
+W = np.array([1.0, 2.0, 3.0, 4.0])
+D = onp.random.default_rng(0).normal(size=(500, 500))
+cfg = {"scale": 1.5}
+PW = np.array([0.5, 1.5])  # read only by probe_f, which the session never changes
+def probe_f(x):
+    return np.sin(x) * PW[0] + np.cos(x) * PW[1]
+dprobe = grad(probe_f)
 """ + "".join(f"def g{k}(x):\n    return np.sin(x) * {k + 1}.0\n" for k in range(N_HELPERS))
 
-
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize()
-
-
-def ipyrefresh_bytes(show: int = 0) -> int:
-    """Bytes currently allocated by lines of ipyrefresh's own source files."""
-    package = str(Path(ipyrefresh.__file__).parent)
-    traces = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, f"{package}/*")])
-    for stat in traces.statistics("lineno")[:show]:
-        print(f"    {stat}")
-    return sum(stat.size for stat in traces.statistics("filename"))
-
-
-def peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+#: handle name -> (function it follows, autograd transform)
+HANDLES = {
+    "dh0": ("h0", "grad"),
+    "dh1": ("h1", "grad"),
+    "d2h2": ("h2", "hessian"),
+    "vg1": ("h1", "value_and_grad"),
+    "eg3": ("h3", "elementwise_grad"),
+}
 
 
 def top_source(rng: random.Random, j: int) -> str:
@@ -81,7 +96,20 @@ def helper_source(rng: random.Random, k: int) -> str:
     body = rng.choice(BODIES)
     if "g{j}" in body:
         body = "np.sin(x) * {c}" if k == 0 else body.replace("{j}", str(rng.randrange(k)))
-    return f"def g{k}(x):\n    return " + body.format(c=round(rng.uniform(0.5, 2.0), 2)) + "\n"
+    c = round(rng.uniform(0.5, 2.0), 2)
+    return f"def g{k}(x):\n    return " + body.format(c=c, k=rng.randrange(4)) + "\n"
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def held_by_ipyrefresh() -> int:
+    """Bytes still held that were allocated by lines of ipyrefresh's own files."""
+    package = str(Path(ipyrefresh.__file__).parent)
+    snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, f"{package}/*")])
+    return sum(stat.size for stat in snap.statistics("filename"))
 
 
 class Timed:
@@ -99,163 +127,288 @@ class Timed:
             self.clock[0] += time.perf_counter() - t
 
 
-class TimedTransformer:
-    def __init__(self, inner: Any, clock: list[float]) -> None:
-        self.inner = inner
-        self.clock = clock
-
-    def visit(self, node: Any) -> Any:
-        t = time.perf_counter()
-        try:
-            return self.inner.visit(node)
-        finally:
-            self.clock[0] += time.perf_counter() - t
-
-
-def instrument(shell: Any, clock: list[float]) -> None:
-    """Time ipyrefresh's per-cell work in place (the hooks are swapped, not changed)."""
+def instrument(shell: Any, clock: list[float]) -> int:
+    """Time ipyrefresh's per-cell callables in place; returns how many were wrapped."""
     ext = current_extension()
     assert ext is not None
-    for event, hook in (("pre_run_cell", ext.pre_run_cell), ("post_run_cell", ext.post_run_cell)):
+    wrapped = 0
+    ours = [("pre_run_cell", ext.pre_run_cell), ("post_run_cell", ext.post_run_cell)]
+    ours += [("post_run_cell", extra.post_run_cell) for extra in ext.extras]
+    for event, hook in ours:
         callbacks = shell.events.callbacks[event]
-        callbacks[callbacks.index(hook)] = Timed(hook, clock)
-    i = shell.ast_transformers.index(ext.transformer)
-    shell.ast_transformers[i] = TimedTransformer(ext.transformer, clock)
-    sync = ipyrefresh._sync
-    ipyrefresh._sync = Timed(sync, clock)  # type: ignore[assignment]
+        for i, cb in enumerate(callbacks):
+            if cb == hook:
+                callbacks[i] = Timed(hook, clock)
+                wrapped += 1
+    return wrapped
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cells", type=int, default=10_000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--no-extension",
-        action="store_true",
-        help="baseline: the same cells without %%load_ext ipyrefresh (handles still work, "
-        "checking their dependencies on every call); compare memory with this",
-    )
-    parser.add_argument(
-        "--trace-memory",
-        action="store_true",
-        help="also measure the bytes ipyrefresh's own code holds (tracemalloc; slower)",
-    )
-    opts, _ = parser.parse_known_args(argv)
-    n, window = opts.cells, max(opts.cells // 10, 1)
-    rng = random.Random(opts.seed)
+def oracle(ns: dict[str, Any], handle: str, x: float) -> Any:
+    fn_name, transform = HANDLES[handle]
+    return getattr(autograd, transform)(ns[fn_name])(x)
 
-    shell = InteractiveShell.instance()
-    if not opts.no_extension:
-        shell.run_cell("%load_ext ipyrefresh")
-    setup = SETUP + "".join(top_source(rng, j) for j in range(3))
-    setup += "dh0, dh1, d2h2, vg1 = grad(h0), grad(h1), hessian(h2), value_and_grad(h1)\n"
-    assert shell.run_cell(setup).success
-    clock = [0.0]
-    if not opts.no_extension:
-        instrument(shell, clock)
-    engine = ipyrefresh.get_engine()
-    per_cell: list[float] = []
-    wall: list[float] = []
-    checks = failures = 0
-    rss_start = rss_end = 0
-    handles = ["dh0", "dh1", "d2h2", "vg1"]
-    kinds = {"dh0": ("h0", "grad"), "dh1": ("h1", "grad")}
-    kinds.update({"d2h2": ("h2", "hessian"), "vg1": ("h1", "value_and_grad")})
-    if opts.trace_memory:
-        tracemalloc.start()
-    held_start = held_end = 0
-    t_start = time.perf_counter()
-    for i in range(n):
-        r = rng.random()
-        if r < 0.30:
-            cell = helper_source(rng, rng.randrange(N_HELPERS))
-        elif r < 0.40:
-            cell = top_source(rng, rng.randrange(3))
-        elif r < 0.45:
-            cell = f"W = np.array([{rng.uniform(0.5, 2):.2f}, 2.0, 3.0])"
-        elif r < 0.50:
-            cell = f"W[{rng.randrange(3)}] = {rng.uniform(0.5, 2):.2f}"
-        elif r < 0.75:
-            name = rng.choice(handles)
-            cell = f"_r = {name}({rng.uniform(-1, 1):.3f})"
-        elif r < 0.90:
-            cell = f"v{i} = {i}\nlst{i % 50} = [v{i}] * 3"
-        else:
-            cell = f"def f{i}(x):\n    return x * {i}"
+
+def probe(shell: Any, clock: list[float], ns: dict[str, Any]) -> tuple[float, float, float]:
+    """Best-of-30 timings at a checkpoint, robust to the machine's load: ipyrefresh's
+    hooks around a trivial cell, that whole cell, and a cached call of ``dprobe`` (a
+    handle whose function and data the session never changes)."""
+    hooks = cell = call = float("inf")
+    handle = ns["dprobe"]
+    handle(0.3)
+    for _ in range(30):
         clock[0] = 0.0
         t = time.perf_counter()
-        result = shell.run_cell(cell, store_history=True)
-        wall.append(time.perf_counter() - t)
-        per_cell.append(clock[0])
-        if not result.success:
-            print(f"cell {i} failed: {result.error_in_exec!r}\n{cell}", file=sys.stderr)
-            return 1
-        if cell.startswith("_r = ") and rng.random() < 0.2:
-            name = cell.split()[2].split("(")[0]
-            x = float(cell.split("(")[1].rstrip(")"))
-            fn, transform = kinds[name]
-            # Without the extension a handle keeps the function it was made from (like
-            # autograd's grad(f)); with it, the handle follows the name.
-            target = shell.user_ns[name].fun if opts.no_extension else shell.user_ns[fn]
-            want = reference(target, transform, 0, (x,), {})
-            got = shell.user_ns["_r"]
-            checks += 1
-            if not all(
-                onp.allclose(a, b)
-                for a, b in zip(
-                    got if type(got) is tuple else (got,),
-                    want if type(want) is tuple else (want,),
-                    strict=True,
-                )
-            ):
-                failures += 1
-        if i == window - 1:
-            gc.collect()
-            rss_start = rss_bytes()
-            held_start = ipyrefresh_bytes() if opts.trace_memory else 0
-    gc.collect()
-    rss_end = rss_bytes()
-    held_end = ipyrefresh_bytes(show=6) if opts.trace_memory else 0
-    total = time.perf_counter() - t_start
+        shell.run_cell("y = 1", store_history=False)
+        cell = min(cell, time.perf_counter() - t)
+        hooks = min(hooks, clock[0])
+        t = time.perf_counter()
+        handle(0.3)
+        call = min(call, time.perf_counter() - t)
+    return hooks, cell, call
 
-    def summary(xs: list[float]) -> tuple[float, float]:
-        xs = sorted(xs)
-        return statistics.median(xs) * 1e6, xs[int(len(xs) * 0.99)] * 1e6
 
-    (m0, p0), (m1, p1) = summary(per_cell[:window]), summary(per_cell[-window:])
-    m0 = max(m0, 1e-3)
-    (w0, _), (w1, _) = summary(wall[:window]), summary(wall[-window:])
-    status = engine.status()
-    mode = " (baseline: extension not loaded)" if opts.no_extension else ""
-    version = sys.version.split()[0]
-    print(f"soak: {n} cells, seed {opts.seed}, {total:.1f} s, python {version}{mode}")
-    print(f"  namespace at the end: {len(shell.user_ns)} names")
-    if not opts.no_extension:
-        print(f"  ipyrefresh per cell, first {window}: median {m0:.0f} us, p99 {p0:.0f} us")
-        print(f"  ipyrefresh per cell, last {window}:  median {m1:.0f} us, p99 {p1:.0f} us")
-        print(f"  ratio last/first (median): {m1 / m0:.2f}")
-    print(f"  whole cell (IPython included), median: first {w0:.0f} us, last {w1:.0f} us")
-    print(
-        f"  RSS after cell {window}: {rss_start / 2**20:.1f} MiB; "
-        f"at the end {rss_end / 2**20:.1f} MiB"
+def tables(engine: Engine, ns: dict[str, Any]) -> dict[str, int]:
+    entries = list(engine.cache)
+    ext = current_extension()
+    channel = ext.extras[0] if ext is not None and ext.extras else None
+    return {
+        "cache entries": len(engine.cache),
+        "targets": len(engine._targets),
+        "change log": len(engine.changes),
+        "variants (all entries)": sum(len(e.variants) for e in entries),
+        "guard nodes (all variants)": sum(v.guard.size for e in entries for v in e.variants),
+        "handle entry maps (all handles)": sum(
+            len(v._entries) for v in ns.values() if isinstance(v, ipyrefresh.Derivative)
+        ),
+        "code facts cache": len(codefacts._cache),
+        "user-file cache": len(codefacts._is_user_file),
+        "attribute-part cache": len(nodes._PARTS),
+        "jax type cache": len(keys._JAX_TYPES),
+        "status channel cell ids": len(channel.cells._ids) if channel is not None else -1,
+    }
+
+
+def main() -> int:
+    parser = arguments(__doc__ or "")
+    parser.add_argument("--cells", type=int, default=5000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--no-tracemalloc", action="store_true", help="faster; no held-bytes measurement"
     )
-    print(f"  peak RSS: {peak_rss_bytes() / 2**20:.1f} MiB")
-    if opts.trace_memory:
-        print(
-            f"  held by ipyrefresh's code (tracemalloc): after cell {window} "
-            f"{held_start / 1024:.0f} KiB, at the end {held_end / 1024:.0f} KiB"
+    opts, rest = parser.parse_known_args()
+    if rest:
+        print(f"bench_soak: ignoring {rest}")
+    n = 1000 if opts.quick else opts.cells
+    window = max(n // 10, 1)
+    rng = random.Random(opts.seed)
+    trace = not opts.no_tracemalloc
+    cmd = "PYTHONPATH=. .venv/bin/python benchmarks/bench_soak.py --results"
+    report = Report("soak", f"Soak: {n:,} random cells in a real IPython shell", cmd)
+
+    with using(Engine()) as engine:
+        shell = InteractiveShell.instance()
+        if current_extension() is not None:
+            shell.run_line_magic("unload_ext", "ipyrefresh")
+        shell.reset(new_session=False)
+        shell.run_line_magic("load_ext", "ipyrefresh")
+        setup = SETUP + "".join(top_source(rng, j) for j in range(N_TOPS))
+        setup += "".join(f"{h} = {t}({f})\n" for h, (f, t) in HANDLES.items())
+        assert shell.run_cell(setup).success
+        ns = shell.user_ns
+        clock = [0.0]
+        hooks = instrument(shell, clock)
+        start_tables: dict[str, int] = {}
+        per_cell: list[float] = []
+        wall: list[float] = []
+        hits: list[tuple[int, float]] = []  # (cell index, seconds of a cached call)
+        checks = not_bitwise = not_close = extra_handles = 0
+        #: (cells run, RSS, held bytes, (hooks, trivial cell, cached dprobe call))
+        checkpoints: list[tuple[int, int, int, tuple[float, float, float]]] = []
+        if trace:
+            tracemalloc.start()
+        t_start = time.perf_counter()
+        for i in range(n):
+            r = rng.random()
+            call = None
+            if r < 0.25:
+                cell = helper_source(rng, rng.randrange(N_HELPERS))
+            elif r < 0.33:
+                cell = top_source(rng, rng.randrange(N_TOPS))
+            elif r < 0.37:
+                cell = f"W = np.array([{rng.uniform(0.5, 2):.2f}, 2.0, 3.0, 4.0])"
+            elif r < 0.41:
+                cell = f"W[{rng.randrange(4)}] = {rng.uniform(0.5, 2):.2f}"
+            elif r < 0.43:
+                a, b = rng.randrange(500), rng.randrange(500)
+                cell = rng.choice([f"D[{a}, {b}] += 1.0", "D *= 1.001", f"D.T[{a}, {b}] = 0.5"])
+            elif r < 0.45:
+                cell = f"cfg['scale'] = {rng.uniform(0.5, 2):.2f}"
+            elif r < 0.70:
+                call = (rng.choice(list(HANDLES)), round(rng.uniform(-1, 1), 3))
+                cell = f"_r = {call[0]}({call[1]})"
+                if rng.random() < 0.1:  # a redefinition and a call in one cell
+                    cell = helper_source(rng, rng.randrange(N_HELPERS)) + cell
+            elif r < 0.72:
+                extra_handles += 1
+                cell = f"_extra = grad(h{rng.randrange(N_TOPS)})\n_ = _extra(0.25)"
+            elif r < 0.87:
+                cell = f"v{i} = {i}\nlst{i % 50} = [v{i}] * 3"
+            else:
+                cell = f"def f{i}(x):\n    return x * {i}"
+            clock[0] = 0.0
+            t = time.perf_counter()
+            result = shell.run_cell(cell, store_history=True)
+            elapsed = time.perf_counter() - t
+            wall.append(elapsed)
+            per_cell.append(clock[0])
+            if not result.success:
+                print(f"cell {i} failed: {result.error_in_exec!r}\n{cell}", file=sys.stderr)
+                return 1
+            if call is not None:
+                handle, x = ns[call[0]], call[1]
+                want = oracle(ns, call[0], x)
+                # The cell's answer, then more calls (cache hits: the compiled replay, where
+                # a stale answer would hide), timed from here.
+                answers = [ns["_r"]]
+                for _ in range(3):
+                    t = time.perf_counter()
+                    answers.append(handle(x))
+                    hits.append((i, time.perf_counter() - t))
+                for k, got in enumerate(answers[:2]):
+                    checks += 1
+                    if not same_bits(got, want):
+                        not_bitwise += 1
+                        not_close += not all(
+                            onp.allclose(a, b)
+                            for a, b in zip(
+                                got if type(got) is tuple else (got,),
+                                want if type(want) is tuple else (want,),
+                                strict=True,
+                            )
+                        )
+                        which = "the cell's call" if k == 0 else "the next call"
+                        report.wrong_answer(f"cell {i} ({which}): {cell!r}: {got!r} != {want!r}")
+            if (i + 1) % window == 0:
+                gc.collect()
+                held = held_by_ipyrefresh() if trace else 0
+                checkpoints.append((i + 1, rss(), held, probe(shell, clock, ns)))
+                if i + 1 == window:
+                    start_tables = tables(engine, ns)
+        total = time.perf_counter() - t_start
+        end_tables = tables(engine, ns)
+        status = engine.status(check=False)
+        names = len(ns)
+        shell.run_line_magic("unload_ext", "ipyrefresh")
+        if trace:
+            tracemalloc.stop()
+
+    def med(xs: list[float]) -> float:
+        return statistics.median(xs) if xs else float("nan")
+
+    def p99(xs: list[float]) -> float:
+        return sorted(xs)[int(len(xs) * 0.99)] if xs else float("nan")
+
+    first, last = per_cell[:window], per_cell[-window:]
+    hit_first = [s for i, s in hits if i < window]
+    hit_last = [s for i, s in hits if i >= n - window]
+    report.say(
+        f"{n:,} cells, seed {opts.seed}, {total:.1f} s"
+        f"{' (tracemalloc on: every allocation is slower)' if trace else ''}; "
+        f"{hooks} per-cell callables of ipyrefresh timed; namespace at the end: {names:,} names",
+    )
+    report.table(
+        ["per cell", f"first {window:,} cells", f"last {window:,} cells", "last / first"],
+        [
+            [
+                "ipyrefresh's hooks, median",
+                fmt(med(first)),
+                fmt(med(last)),
+                f"{med(last) / med(first):.2f}x",
+            ],
+            ["ipyrefresh's hooks, p99", fmt(p99(first)), fmt(p99(last)), ""],
+            [
+                "a cached handle call (after each calling cell), median",
+                f"{fmt(med(hit_first))} ({len(hit_first)} calls)",
+                f"{fmt(med(hit_last))} ({len(hit_last)} calls)",
+                f"{med(hit_last) / med(hit_first):.2f}x",
+            ],
+            [
+                "whole cell (IPython included), median",
+                fmt(med(wall[:window])),
+                fmt(med(wall[-window:])),
+                f"{med(wall[-window:]) / med(wall[:window]):.2f}x",
+            ],
+        ],
+    )
+    report.table(
+        [
+            "after cell",
+            "ipyrefresh's hooks, `y = 1` (best of 30)",
+            "whole `y = 1` cell (best of 30)",
+            "cached `dprobe(0.3)` (best of 30)",
+            "process RSS (after gc)",
+            "held by ipyrefresh's own lines (tracemalloc)",
+        ],
+        [
+            [
+                f"{c:,}",
+                fmt(p[0]),
+                fmt(p[1]),
+                fmt(p[2]),
+                f"{r / 2**20:.1f} MiB",
+                f"{h / 1024:.0f} KiB" if trace else "off",
+            ]
+            for c, r, h, p in checkpoints
+        ],
+    )
+    report.table(
+        ["table", f"after cell {window:,}", f"after cell {n:,}"],
+        [[k, f"{start_tables.get(k, 0):,}", f"{v:,}"] for k, v in end_tables.items()],
+    )
+    report.say(
+        f"Builds {status['builds']:,}, rebuilds {status['rebuilds']:,}, extra variants "
+        f"{status['variants']:,}, evictions {status['evictions']:,}, internal errors "
+        f"{status['internal_errors']}; {extra_handles} extra handles made (`_extra`, rebound "
+        f"each time). Answers checked against fresh autograd: {checks:,}; not bit-identical: "
+        f"{not_bitwise} (of which not even allclose: {not_close})."
+    )
+    one, end_ = checkpoints[0][3], checkpoints[-1][3]
+    report.goal(
+        "4 per-cell ipyrefresh overhead (hooks, best of 30), last checkpoint vs first",
+        "flat (<= 1.5x)",
+        f"{end_[0] / one[0]:.2f}x ({fmt(one[0])} -> {fmt(end_[0])}); "
+        f"in-session medians {fmt(med(first))} -> {fmt(med(last))}",
+        end_[0] <= 1.5 * one[0],
+    )
+    report.goal(
+        "4 cached call of a handle on unchanged code (best of 30), last checkpoint vs first",
+        "flat (<= 1.5x)",
+        f"{end_[2] / one[2]:.2f}x ({fmt(one[2])} -> {fmt(end_[2])})",
+        end_[2] <= 1.5 * one[2],
+    )
+    if trace and len(checkpoints) >= 2:  # (the first checkpoint is before caps fill up)
+        half, last_ = checkpoints[len(checkpoints) // 2 - 1], checkpoints[-1]
+        report.goal(
+            "4 memory held by ipyrefresh's own lines, end vs halfway (caps fill up early)",
+            "flat (<= 1.25x)",
+            f"{half[2] / 1024:.0f} KiB -> {last_[2] / 1024:.0f} KiB",
+            last_[2] <= 1.25 * max(half[2], 1),
         )
-    print(
-        f"  tables: cache {len(engine.cache)}, watched {len(engine.table)}, "
-        f"history {len(engine.world.history)}, targets {len(engine._targets)}, "
-        f"file cache {len(analysis._is_user_file)}"
+    if len(checkpoints) >= 2:
+        half, last_ = checkpoints[len(checkpoints) // 2 - 1], checkpoints[-1]
+        report.goal(
+            "4 (info) process RSS, end vs halfway (IPython's own history grows too)",
+            "(no goal)",
+            f"{half[1] / 2**20:.1f} MiB -> {last_[1] / 2**20:.1f} MiB",
+            None,
+        )
+    report.goal(
+        "4 wrong answers (bitwise vs fresh autograd)",
+        "0",
+        f"{not_bitwise} of {checks:,}",
+        not_bitwise == 0,
     )
-    print(
-        f"  builds {status['builds']}, rebuilds {status['rebuilds']}, "
-        f"invalidations {status['invalidations']}, world {status['world']}"
-    )
-    print(f"  answers checked against fresh autograd: {checks}, wrong: {failures}")
-    return 1 if failures else 0
+    return report.finish(opts.results)
 
 
 if __name__ == "__main__":
