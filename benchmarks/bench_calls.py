@@ -34,13 +34,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 import autograd
 import numpy as onp
-from timing import Report, arguments, fmt, interleaved, same_bits
+from timing import Report, arguments, fmt, interleaved, now, parse, same_bits
 
 from ipyrefresh._src.engine import Engine, using
 
@@ -122,11 +121,11 @@ def compile_cost(name: str, repeat: int) -> tuple[float, float]:
         args = ns["ARGS"][name]
         with using(Engine()):
             d = handle(ns, name)
-            t0 = time.perf_counter()
+            t0 = now()
             d(*args)
-            t1 = time.perf_counter()
+            t1 = now()
             d(*args)
-            t2 = time.perf_counter()
+            t2 = now()
         first, second = min(first, t1 - t0), min(second, t2 - t1)
     return first, second
 
@@ -200,11 +199,11 @@ def in_place(report: Report, name: str) -> int:
         digest_before = onp.asarray(ns["A"]).sum()
         exec(change, ns)
         changed = onp.asarray(ns["A"]).sum() != digest_before
-        t0 = time.perf_counter()
+        t0 = now()
         first = d(*args)
-        t1 = time.perf_counter()
+        t1 = now()
         second = d(*args)
-        t2 = time.perf_counter()
+        t2 = now()
         want = autograd.grad(fn)(*args)
         ok = check(report, f"{name} after `{change}`, first call", first, want)
         ok &= check(report, f"{name} after `{change}`, second call", second, want)
@@ -237,9 +236,7 @@ def in_place(report: Report, name: str) -> int:
 
 def main() -> int:
     parser = arguments(__doc__ or "")
-    opts, rest = parser.parse_known_args()
-    if rest:
-        print(f"bench_calls: ignoring {rest}")
+    opts = parse(parser, "bench_calls")
     cmd = "PYTHONPATH=. .venv/bin/python benchmarks/bench_calls.py --results"
     report = Report("calls", "A cached call versus autograd.grad", cmd)
     report.say("", "## Cached calls (nothing changed)", "")

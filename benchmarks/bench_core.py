@@ -32,13 +32,12 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import functools
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 import autograd
 from IPython.core.interactiveshell import InteractiveShell
-from timing import Report, arguments, best, fmt, same_bits
+from timing import Report, arguments, best, fmt, now, parse, same_bits
 
 from ipyrefresh._src.engine import Engine, using
 from ipyrefresh.ipython.extension import current_extension
@@ -116,11 +115,11 @@ class Timed:
         self.clock = clock
 
     def __call__(self, *args: Any) -> Any:
-        t = time.perf_counter()
+        t = now()
         try:
             return self.fn(*args)
         finally:
-            self.clock[0] += time.perf_counter() - t
+            self.clock[0] += now() - t
 
 
 def wrap_hooks(shell: InteractiveShell, clock: list[float]) -> Callable[[], None]:
@@ -154,10 +153,10 @@ def cell_times(shell: InteractiveShell, rounds: int, number: int) -> dict[str, f
 
     def batch() -> tuple[float, float]:
         clock[0] = 0.0
-        t0 = time.perf_counter()
+        t0 = now()
         for _ in range(number):
             cell()
-        return (time.perf_counter() - t0) / number, clock[0] / number
+        return (now() - t0) / number, clock[0] / number
 
     out = dict.fromkeys(("bare", "loaded", "frontend", "hooks", "hooks_frontend"), float("inf"))
 
@@ -284,11 +283,11 @@ def selective(report: Report, quick: bool) -> None:
             return shell.user_ns["_ans"]
 
         def timed(prepare: Callable[[], None], answer: Callable[[], list[Any]]) -> Any:
-            t0 = time.perf_counter()
+            t0 = now()
             redefine()
             prepare()
             answers = answer()
-            return time.perf_counter() - t0, answers
+            return now() - t0, answers
 
         def nothing() -> None:
             pass
@@ -384,9 +383,7 @@ def selective(report: Report, quick: bool) -> None:
 
 def main() -> int:
     parser = arguments(__doc__ or "")
-    opts, rest = parser.parse_known_args()
-    if rest:
-        print(f"bench_core: ignoring {rest}")
+    opts = parse(parser, "bench_core")
     cmd = "PYTHONPATH=. .venv/bin/python benchmarks/bench_core.py --results"
     report = Report("core", "Core: per-cell overhead, selective versus full refresh", cmd)
     report.say(f"python {sys.version.split()[0]}, {N:,} entries")

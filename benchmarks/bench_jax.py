@@ -43,7 +43,7 @@ os.environ.setdefault("JAX_ENABLE_COMPILATION_CACHE", "false")  # every compile 
 import importlib.util
 import statistics
 import sys
-import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -54,7 +54,7 @@ if importlib.util.find_spec("jax") is None:
 import jax
 import numpy as np
 from IPython.core.interactiveshell import InteractiveShell
-from timing import Report, arguments, best, fmt, interleaved
+from timing import Report, arguments, best, fmt, interleaved, now, parse
 
 import ipyrefresh
 from ipyrefresh._src.engine import Engine, using
@@ -172,12 +172,12 @@ class Bench:
 
     def timed(self, which: str, name: str, clear: bool) -> tuple[float, int]:
         before = self.compiles.count
-        t0 = time.perf_counter()
+        t0 = now()
         self.redefine(name)
         if clear:
             run(self.shell, "jax.clear_caches()")
         self.call_all(which)
-        elapsed = time.perf_counter() - t0
+        elapsed = now() - t0
         self.check(which)
         return elapsed, self.compiles.count - before
 
@@ -272,10 +272,14 @@ class Bench:
         ns = self.ns
         handle, x = ns["cc_ours"], ns["x"]
         rows = []
+        caught: list[str] = []
         for k in range(10):
             if k:
                 run(self.shell, "jax.clear_caches()")
-            jax.block_until_ready(handle(x))
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                jax.block_until_ready(handle(x))
+            caught += [f"after {k}: {w.message}" for w in seen]
             t = best(lambda: jax.block_until_ready(handle(x)), repeat=5, number=10)
             (entry,) = handle.entries
             kinds = [v.describe() for v in entry.variants]
@@ -283,6 +287,11 @@ class Bench:
                 rows.append([str(k), fmt(t), str(len(kinds)), kinds[0]])
         r.say("", "## A handle after the notebook's own `jax.clear_caches()` (information)")
         r.table(["clear_caches() so far", "cached call", "variants", "first variant"], rows)
+        r.say(
+            "Each `jax.clear_caches()` drops the handle's executable; its next call misses "
+            "(`jax.jit` would trace again) and the engine adds a new variant instead of "
+            "replacing the dead one. Warnings: " + ("; ".join(caught) or "none") + "."
+        )
         r.goal(
             "3 (info) rj.grad cached call after 9 jax.clear_caches()",
             "(no goal; a bare call is µs)",
@@ -406,14 +415,14 @@ class Bench:
         for v in range(5):
             run(self.shell, f"def b{v}(z):\n    return jnp.sum(act(jnp.sin(z) * {v + 2}.0) ** 2)")
             fn = ns[f"b{v}"]
-            t0 = time.perf_counter()
+            t0 = now()
             jax.block_until_ready(jax.jit(jax.grad(fn))(x))
-            plain_first.append(time.perf_counter() - t0)
+            plain_first.append(now() - t0)
             run(self.shell, f"_d = rj.grad(b{v})")
             handle = ns["_d"]
-            t0 = time.perf_counter()
+            t0 = now()
             jax.block_until_ready(handle(x))
-            ours_first.append(time.perf_counter() - t0)
+            ours_first.append(now() - t0)
         p, o = statistics.median(plain_first), statistics.median(ours_first)
         r.table(
             ["what", "bare `jax.jit(jax.grad(f))`", "ipyrefresh.jax handle", "ratio"],
@@ -436,10 +445,8 @@ class _Forward:
 
 def main() -> int:
     parser = arguments(__doc__ or "")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of each refresh timing")
-    opts, rest = parser.parse_known_args()
-    if rest:
-        print(f"bench_jax: ignoring {rest}")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of each refresh timing")
+    opts = parse(parser, "bench_jax")
     rounds = 1 if opts.quick else opts.rounds
     cmd = "PYTHONPATH=. .venv/bin/python benchmarks/bench_jax.py --results"
     report = Report("jax", "JAX backend: ipyrefresh.jax versus jax.clear_caches()", cmd)
@@ -451,7 +458,7 @@ def main() -> int:
         shell = InteractiveShell.instance()
         shell.run_line_magic("load_ext", "ipyrefresh")
         bench = Bench(shell, report)
-        t0 = time.perf_counter()
+        t0 = now()
         for cell in NOTEBOOK:
             run(shell, cell)
         for which in ("handles", "rj_steps"):
@@ -461,7 +468,7 @@ def main() -> int:
             bench.check(which)
         report.say(
             f"setup: {N} derivatives and {STEPS} training steps compiled in "
-            f"{fmt(time.perf_counter() - t0)} (the plain ones compile in their first round)"
+            f"{fmt(now() - t0)} (the plain ones compile in their first round)"
         )
         rounds_note = "(ipyrefresh's rounds first, then the cached calls, then plain JAX's)"
         print(f"\nmeasuring {rounds_note}", flush=True)

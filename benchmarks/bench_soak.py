@@ -34,7 +34,6 @@ import random
 import resource
 import statistics
 import sys
-import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -43,7 +42,7 @@ from typing import Any
 import autograd
 import numpy as onp
 from IPython.core.interactiveshell import InteractiveShell
-from timing import Report, arguments, fmt, same_bits
+from timing import Report, arguments, fmt, now, parse, same_bits
 
 import ipyrefresh
 from ipyrefresh._src import code as codefacts
@@ -120,11 +119,11 @@ class Timed:
         self.clock = clock
 
     def __call__(self, *args: Any) -> Any:
-        t = time.perf_counter()
+        t = now()
         try:
             return self.fn(*args)
         finally:
-            self.clock[0] += time.perf_counter() - t
+            self.clock[0] += now() - t
 
 
 def instrument(shell: Any, clock: list[float]) -> int:
@@ -157,13 +156,13 @@ def probe(shell: Any, clock: list[float], ns: dict[str, Any]) -> tuple[float, fl
     handle(0.3)
     for _ in range(30):
         clock[0] = 0.0
-        t = time.perf_counter()
+        t = now()
         shell.run_cell("y = 1", store_history=False)
-        cell = min(cell, time.perf_counter() - t)
+        cell = min(cell, now() - t)
         hooks = min(hooks, clock[0])
-        t = time.perf_counter()
+        t = now()
         handle(0.3)
-        call = min(call, time.perf_counter() - t)
+        call = min(call, now() - t)
     return hooks, cell, call
 
 
@@ -195,9 +194,7 @@ def main() -> int:
     parser.add_argument(
         "--no-tracemalloc", action="store_true", help="faster; no held-bytes measurement"
     )
-    opts, rest = parser.parse_known_args()
-    if rest:
-        print(f"bench_soak: ignoring {rest}")
+    opts = parse(parser, "bench_soak")
     n = 1000 if opts.quick else opts.cells
     window = max(n // 10, 1)
     rng = random.Random(opts.seed)
@@ -226,7 +223,7 @@ def main() -> int:
         checkpoints: list[tuple[int, int, int, tuple[float, float, float]]] = []
         if trace:
             tracemalloc.start()
-        t_start = time.perf_counter()
+        t_start = now()
         for i in range(n):
             r = rng.random()
             call = None
@@ -256,9 +253,9 @@ def main() -> int:
             else:
                 cell = f"def f{i}(x):\n    return x * {i}"
             clock[0] = 0.0
-            t = time.perf_counter()
+            t = now()
             result = shell.run_cell(cell, store_history=True)
-            elapsed = time.perf_counter() - t
+            elapsed = now() - t
             wall.append(elapsed)
             per_cell.append(clock[0])
             if not result.success:
@@ -271,9 +268,9 @@ def main() -> int:
                 # a stale answer would hide), timed from here.
                 answers = [ns["_r"]]
                 for _ in range(3):
-                    t = time.perf_counter()
+                    t = now()
                     answers.append(handle(x))
-                    hits.append((i, time.perf_counter() - t))
+                    hits.append((i, now() - t))
                 for k, got in enumerate(answers[:2]):
                     checks += 1
                     if not same_bits(got, want):
@@ -294,7 +291,7 @@ def main() -> int:
                 checkpoints.append((i + 1, rss(), held, probe(shell, clock, ns)))
                 if i + 1 == window:
                     start_tables = tables(engine, ns)
-        total = time.perf_counter() - t_start
+        total = now() - t_start
         end_tables = tables(engine, ns)
         status = engine.status(check=False)
         names = len(ns)

@@ -7,7 +7,13 @@ against a baseline measured in the same run; a missed goal prints FAIL (it never
 raises: a wrong *answer* is what makes a benchmark exit non-zero).
 
 Each benchmark sets one BLAS/OpenMP thread before numpy is imported (the ``THREADS``
-loop at its top); set the variables yourself to override.
+variables, at its top); set them yourself to override.
+
+The clock (``--clock``) is the process's CPU time by default (``time.process_time``,
+all its threads): on a shared machine whose load exceeds its cores, wall-clock time
+mostly measures waiting for a core, and best-of-N cannot find quiet moments when there
+are none. ``--clock wall`` uses ``time.perf_counter``. For single-threaded work on an
+idle machine the two agree; the results files say which one was used.
 """
 
 from __future__ import annotations
@@ -30,15 +36,35 @@ THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
+CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.process_time, "wall": time.perf_counter}
+_clock: list[Callable[[], float]] = [time.process_time]
+_clock_name = ["cpu"]
+
+
+def use_clock(name: str) -> None:
+    _clock[0] = CLOCKS[name]
+    _clock_name[0] = name
+
+
+def now() -> float:
+    """Seconds on the benchmarks' clock (see the module docstring)."""
+    return _clock[0]()
+
+
+def clock_name() -> str:
+    if _clock_name[0] == "cpu":
+        return "process CPU time (time.process_time, all threads)"
+    return "wall clock (time.perf_counter)"
+
 
 def best(fn: Callable[[], Any], repeat: int = 7, number: int = 1) -> float:
     """Seconds per call: the fastest of ``repeat`` batches of ``number`` calls."""
     times = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = now()
         for _ in range(number):
             fn()
-        times.append((time.perf_counter() - t0) / number)
+        times.append((now() - t0) / number)
     return min(times)
 
 
@@ -52,10 +78,10 @@ def interleaved(
     for r in range(rounds):
         k = r % len(order)
         for name, fn in order[k:] + order[:k]:
-            t0 = time.perf_counter()
+            t0 = now()
             for _ in range(number):
                 fn()
-            out[name] = min(out[name], (time.perf_counter() - t0) / number)
+            out[name] = min(out[name], (now() - t0) / number)
     return out
 
 
@@ -80,6 +106,7 @@ def machine() -> str:
             versions.append(f"{dist} {metadata.version(dist)}")
     threads = ", ".join(f"{v}={os.environ.get(v, 'unset')}" for v in THREADS)
     return (
+        f"clock: {clock_name()}; "
         f"{platform.machine()}, {os.cpu_count()} cores (shared), "
         f"{', '.join(versions)}; {threads}; load average at the end "
         f"{os.getloadavg()[0]:.1f}; commit {commit()}; "
@@ -119,7 +146,24 @@ def arguments(doc: str, **extra: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--results", action="store_true", help="also write benchmarks/results/<name>.md"
     )
+    parser.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="cpu",
+        help="cpu: process CPU time (default; robust to other processes' load); wall",
+    )
     return parser
+
+
+def parse(parser: argparse.ArgumentParser, name: str) -> argparse.Namespace:
+    """Parse the command line (ignoring, with a note, options meant for other benchmarks:
+    ``./dev bench`` passes the same ones to all); select the clock."""
+    opts, rest = parser.parse_known_args()
+    if rest:
+        print(f"{name}: ignoring {rest}")
+    use_clock(opts.clock)
+    print(f"{name}: clock: {clock_name()}; load average {os.getloadavg()[0]:.1f}", flush=True)
+    return opts
 
 
 @dataclass
