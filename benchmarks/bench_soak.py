@@ -12,12 +12,18 @@ computation of the current code. Reported for the first and the last tenth of th
 * the time of a cached handle call (cells where nothing was rebuilt), median;
 * the whole cell (IPython included), median;
 * memory: the process's RSS, and with tracemalloc the bytes allocated by lines of
-  ipyrefresh's own files that are still held;
+  ipyrefresh's own files that are still held, and how many versions of the session's
+  functions are still alive (old versions held by anything would pile up);
 * the sizes of the engine's tables and of ipyrefresh's module-level caches.
+
+For the RSS, the same session (same seed, tracemalloc on too) also runs in a child
+process without ``%load_ext ipyrefresh`` (the handles work there too): the baseline
+for how much of the growth is IPython's own (its history keeps every cell).
 
 Flat is the goal: the end must cost what the start did, and no answer may be wrong.
 
     .venv/bin/python benchmarks/bench_soak.py [--cells 5000] [--seed 0] [--no-tracemalloc]
+        [--no-baseline] [--quick] [--results]
 """
 
 from __future__ import annotations
@@ -29,14 +35,18 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
+import argparse
 import gc
+import json
 import random
 import resource
 import statistics
+import subprocess
 import sys
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
+from types import FunctionType
 from typing import Any
 
 import autograd
@@ -166,6 +176,19 @@ def probe(shell: Any, clock: list[float], ns: dict[str, Any]) -> tuple[float, fl
     return hooks, cell, call
 
 
+def live_versions() -> int:
+    """Function objects of the session's own helpers and top-level functions alive now
+    (each redefinition makes a new one; the namespace holds one of each)."""
+    return sum(
+        1
+        for o in gc.get_objects()
+        if type(o) is FunctionType
+        and o.__name__[:1] in ("g", "h")
+        and o.__name__[1:].isdigit()
+        and o.__code__.co_filename.startswith("<ipython-input")
+    )
+
+
 def tables(engine: Engine, ns: dict[str, Any]) -> dict[str, int]:
     entries = list(engine.cache)
     ext = current_extension()
@@ -184,7 +207,150 @@ def tables(engine: Engine, ns: dict[str, Any]) -> dict[str, int]:
         "attribute-part cache": len(nodes._PARTS),
         "jax type cache": len(keys._JAX_TYPES),
         "status channel cell ids": len(channel.cells._ids) if channel is not None else -1,
+        f"live versions of g0..g{N_HELPERS - 1}, h0..h{N_TOPS - 1} (namespace: "
+        f"{N_HELPERS + N_TOPS})": live_versions(),
     }
+
+
+class Session:
+    """One random session; what was measured."""
+
+    def __init__(self, n: int, seed: int, extension: bool, trace: bool, report: Report) -> None:
+        self.n, self.seed, self.extension, self.trace = n, seed, extension, trace
+        self.window = max(n // 10, 1)
+        self.report = report
+        self.per_cell: list[float] = []  # ipyrefresh's hooks, per cell
+        self.wall: list[float] = []  # whole cells
+        self.hits: list[tuple[int, float]] = []  # (cell index, seconds of a cached call)
+        self.checks = self.not_bitwise = self.not_close = self.extra_handles = 0
+        #: (cells run, RSS, held bytes, (hooks, trivial cell, cached dprobe call))
+        self.checkpoints: list[tuple[int, int, int, tuple[float, float, float]]] = []
+        self.start_tables: dict[str, int] = {}
+        self.end_tables: dict[str, int] = {}
+        self.status: dict[str, Any] = {}
+        self.hooks = self.names = 0
+        self.total = 0.0
+
+    def cell(self, rng: random.Random, i: int) -> tuple[str, tuple[str, float] | None]:
+        r = rng.random()
+        if r < 0.25:
+            return helper_source(rng, rng.randrange(N_HELPERS)), None
+        if r < 0.33:
+            return top_source(rng, rng.randrange(N_TOPS)), None
+        if r < 0.37:
+            return f"W = np.array([{rng.uniform(0.5, 2):.2f}, 2.0, 3.0, 4.0])", None
+        if r < 0.41:
+            return f"W[{rng.randrange(4)}] = {rng.uniform(0.5, 2):.2f}", None
+        if r < 0.43:
+            a, b = rng.randrange(500), rng.randrange(500)
+            return rng.choice([f"D[{a}, {b}] += 1.0", "D *= 1.001", f"D.T[{a}, {b}] = 0.5"]), None
+        if r < 0.45:
+            return f"cfg['scale'] = {rng.uniform(0.5, 2):.2f}", None
+        if r < 0.70:
+            call = (rng.choice(list(HANDLES)), round(rng.uniform(-1, 1), 3))
+            cell = f"_r = {call[0]}({call[1]})"
+            if rng.random() < 0.1:  # a redefinition and a call in one cell
+                cell = helper_source(rng, rng.randrange(N_HELPERS)) + cell
+            return cell, call
+        if r < 0.72:
+            self.extra_handles += 1
+            return f"_extra = grad(h{rng.randrange(N_TOPS)})\n_ = _extra(0.25)", None
+        if r < 0.87:
+            return f"v{i} = {i}\nlst{i % 50} = [v{i}] * 3", None
+        return f"def f{i}(x):\n    return x * {i}", None
+
+    def check(self, i: int, cell: str, ns: dict[str, Any], call: tuple[str, float]) -> None:
+        """The cell's answer and the next call's (a cache hit: the compiled replay, where
+        a stale answer would hide) against fresh autograd; two more calls timed."""
+        handle, x = ns[call[0]], call[1]
+        want = oracle(ns, call[0], x)
+        answers = [ns["_r"]]
+        for _ in range(3):
+            t = now()
+            answers.append(handle(x))
+            self.hits.append((i, now() - t))
+        for k, got in enumerate(answers[:2]):
+            self.checks += 1
+            if same_bits(got, want):
+                continue
+            self.not_bitwise += 1
+            self.not_close += not all(
+                onp.allclose(a, b)
+                for a, b in zip(
+                    got if type(got) is tuple else (got,),
+                    want if type(want) is tuple else (want,),
+                    strict=True,
+                )
+            )
+            which = "the cell's call" if k == 0 else "the next call"
+            self.report.wrong_answer(f"cell {i} ({which}): {cell!r}: {got!r} != {want!r}")
+
+    def run(self) -> None:
+        rng = random.Random(self.seed)
+        with using(Engine()) as engine:
+            shell = InteractiveShell.instance()
+            if current_extension() is not None:
+                shell.run_line_magic("unload_ext", "ipyrefresh")
+            shell.reset(new_session=False)
+            if self.extension:
+                shell.run_line_magic("load_ext", "ipyrefresh")
+            setup = SETUP + "".join(top_source(rng, j) for j in range(N_TOPS))
+            setup += "".join(f"{h} = {t}({f})\n" for h, (f, t) in HANDLES.items())
+            assert shell.run_cell(setup).success
+            ns = shell.user_ns
+            clock = [0.0]
+            self.hooks = instrument(shell, clock) if self.extension else 0
+            if self.trace:
+                tracemalloc.start()
+            t_start = now()
+            for i in range(self.n):
+                cell, call = self.cell(rng, i)
+                clock[0] = 0.0
+                t = now()
+                result = shell.run_cell(cell, store_history=True)
+                self.wall.append(now() - t)
+                self.per_cell.append(clock[0])
+                if not result.success:
+                    self.report.wrong_answer(f"cell {i} failed: {result.error_in_exec!r}: {cell}")
+                    break
+                if call is not None:
+                    self.check(i, cell, ns, call)
+                if (i + 1) % self.window == 0:
+                    gc.collect()
+                    held = held_by_ipyrefresh() if self.trace else 0
+                    self.checkpoints.append((i + 1, rss(), held, probe(shell, clock, ns)))
+                    if i + 1 == self.window:
+                        self.start_tables = tables(engine, ns)
+            self.total = now() - t_start
+            self.end_tables = tables(engine, ns)
+            self.status = engine.status(check=False)
+            self.names = len(ns)
+            if self.extension:
+                shell.run_line_magic("unload_ext", "ipyrefresh")
+            if self.trace:
+                tracemalloc.stop()
+
+
+def baseline(n: int, seed: int, trace: bool) -> list[tuple[int, int]] | None:
+    """RSS checkpoints of the same session without the extension, in a child process."""
+    cmd = [sys.executable, __file__, "--child-baseline", "--cells", str(n), "--seed", str(seed)]
+    if not trace:
+        cmd.append("--no-tracemalloc")
+    print("running the baseline session (no extension) in a child process...", flush=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or not lines:
+        print(f"baseline failed ({out.returncode}): {out.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return [tuple(c) for c in json.loads(lines[-1])["rss"]]  # type: ignore[misc]
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def p99(xs: list[float]) -> float:
+    return sorted(xs)[int(len(xs) * 0.99)] if xs else float("nan")
 
 
 def main() -> int:
@@ -194,124 +360,31 @@ def main() -> int:
     parser.add_argument(
         "--no-tracemalloc", action="store_true", help="faster; no held-bytes measurement"
     )
+    parser.add_argument("--no-baseline", action="store_true", help="skip the RSS baseline")
+    parser.add_argument("--child-baseline", action="store_true", help=argparse.SUPPRESS)
     opts = parse(parser, "bench_soak")
-    n = 1000 if opts.quick else opts.cells
-    window = max(n // 10, 1)
-    rng = random.Random(opts.seed)
+    n = min(opts.cells, 1000) if opts.quick else opts.cells
     trace = not opts.no_tracemalloc
     cmd = "PYTHONPATH=. .venv/bin/python benchmarks/bench_soak.py --results"
     report = Report("soak", f"Soak: {n:,} random cells in a real IPython shell", cmd)
+    if opts.child_baseline:
+        child = Session(n, opts.seed, extension=False, trace=trace, report=report)
+        child.run()
+        print(json.dumps({"rss": [(c, r) for c, r, _, _ in child.checkpoints]}))
+        return 1 if report.wrong else 0
 
-    with using(Engine()) as engine:
-        shell = InteractiveShell.instance()
-        if current_extension() is not None:
-            shell.run_line_magic("unload_ext", "ipyrefresh")
-        shell.reset(new_session=False)
-        shell.run_line_magic("load_ext", "ipyrefresh")
-        setup = SETUP + "".join(top_source(rng, j) for j in range(N_TOPS))
-        setup += "".join(f"{h} = {t}({f})\n" for h, (f, t) in HANDLES.items())
-        assert shell.run_cell(setup).success
-        ns = shell.user_ns
-        clock = [0.0]
-        hooks = instrument(shell, clock)
-        start_tables: dict[str, int] = {}
-        per_cell: list[float] = []
-        wall: list[float] = []
-        hits: list[tuple[int, float]] = []  # (cell index, seconds of a cached call)
-        checks = not_bitwise = not_close = extra_handles = 0
-        #: (cells run, RSS, held bytes, (hooks, trivial cell, cached dprobe call))
-        checkpoints: list[tuple[int, int, int, tuple[float, float, float]]] = []
-        if trace:
-            tracemalloc.start()
-        t_start = now()
-        for i in range(n):
-            r = rng.random()
-            call = None
-            if r < 0.25:
-                cell = helper_source(rng, rng.randrange(N_HELPERS))
-            elif r < 0.33:
-                cell = top_source(rng, rng.randrange(N_TOPS))
-            elif r < 0.37:
-                cell = f"W = np.array([{rng.uniform(0.5, 2):.2f}, 2.0, 3.0, 4.0])"
-            elif r < 0.41:
-                cell = f"W[{rng.randrange(4)}] = {rng.uniform(0.5, 2):.2f}"
-            elif r < 0.43:
-                a, b = rng.randrange(500), rng.randrange(500)
-                cell = rng.choice([f"D[{a}, {b}] += 1.0", "D *= 1.001", f"D.T[{a}, {b}] = 0.5"])
-            elif r < 0.45:
-                cell = f"cfg['scale'] = {rng.uniform(0.5, 2):.2f}"
-            elif r < 0.70:
-                call = (rng.choice(list(HANDLES)), round(rng.uniform(-1, 1), 3))
-                cell = f"_r = {call[0]}({call[1]})"
-                if rng.random() < 0.1:  # a redefinition and a call in one cell
-                    cell = helper_source(rng, rng.randrange(N_HELPERS)) + cell
-            elif r < 0.72:
-                extra_handles += 1
-                cell = f"_extra = grad(h{rng.randrange(N_TOPS)})\n_ = _extra(0.25)"
-            elif r < 0.87:
-                cell = f"v{i} = {i}\nlst{i % 50} = [v{i}] * 3"
-            else:
-                cell = f"def f{i}(x):\n    return x * {i}"
-            clock[0] = 0.0
-            t = now()
-            result = shell.run_cell(cell, store_history=True)
-            elapsed = now() - t
-            wall.append(elapsed)
-            per_cell.append(clock[0])
-            if not result.success:
-                print(f"cell {i} failed: {result.error_in_exec!r}\n{cell}", file=sys.stderr)
-                return 1
-            if call is not None:
-                handle, x = ns[call[0]], call[1]
-                want = oracle(ns, call[0], x)
-                # The cell's answer, then more calls (cache hits: the compiled replay, where
-                # a stale answer would hide), timed from here.
-                answers = [ns["_r"]]
-                for _ in range(3):
-                    t = now()
-                    answers.append(handle(x))
-                    hits.append((i, now() - t))
-                for k, got in enumerate(answers[:2]):
-                    checks += 1
-                    if not same_bits(got, want):
-                        not_bitwise += 1
-                        not_close += not all(
-                            onp.allclose(a, b)
-                            for a, b in zip(
-                                got if type(got) is tuple else (got,),
-                                want if type(want) is tuple else (want,),
-                                strict=True,
-                            )
-                        )
-                        which = "the cell's call" if k == 0 else "the next call"
-                        report.wrong_answer(f"cell {i} ({which}): {cell!r}: {got!r} != {want!r}")
-            if (i + 1) % window == 0:
-                gc.collect()
-                held = held_by_ipyrefresh() if trace else 0
-                checkpoints.append((i + 1, rss(), held, probe(shell, clock, ns)))
-                if i + 1 == window:
-                    start_tables = tables(engine, ns)
-        total = now() - t_start
-        end_tables = tables(engine, ns)
-        status = engine.status(check=False)
-        names = len(ns)
-        shell.run_line_magic("unload_ext", "ipyrefresh")
-        if trace:
-            tracemalloc.stop()
-
-    def med(xs: list[float]) -> float:
-        return statistics.median(xs) if xs else float("nan")
-
-    def p99(xs: list[float]) -> float:
-        return sorted(xs)[int(len(xs) * 0.99)] if xs else float("nan")
-
-    first, last = per_cell[:window], per_cell[-window:]
-    hit_first = [s for i, s in hits if i < window]
-    hit_last = [s for i, s in hits if i >= n - window]
+    s = Session(n, opts.seed, extension=True, trace=trace, report=report)
+    s.run()
+    base = None if opts.no_baseline else baseline(n, opts.seed, trace)
+    window = s.window
+    first, last = s.per_cell[:window], s.per_cell[-window:]
+    hit_first = [t for i, t in s.hits if i < window]
+    hit_last = [t for i, t in s.hits if i >= n - window]
     report.say(
-        f"{n:,} cells, seed {opts.seed}, {total:.1f} s"
+        f"{n:,} cells, seed {opts.seed}, {s.total:.1f} s on the clock"
         f"{' (tracemalloc on: every allocation is slower)' if trace else ''}; "
-        f"{hooks} per-cell callables of ipyrefresh timed; namespace at the end: {names:,} names",
+        f"{s.hooks} per-cell callables of ipyrefresh timed; namespace at the end: "
+        f"{s.names:,} names",
     )
     report.table(
         ["per cell", f"first {window:,} cells", f"last {window:,} cells", "last / first"],
@@ -331,19 +404,21 @@ def main() -> int:
             ],
             [
                 "whole cell (IPython included), median",
-                fmt(med(wall[:window])),
-                fmt(med(wall[-window:])),
-                f"{med(wall[-window:]) / med(wall[:window]):.2f}x",
+                fmt(med(s.wall[:window])),
+                fmt(med(s.wall[-window:])),
+                f"{med(s.wall[-window:]) / med(s.wall[:window]):.2f}x",
             ],
         ],
     )
+    base_rss = dict(base or [])
     report.table(
         [
             "after cell",
             "ipyrefresh's hooks, `y = 1` (best of 30)",
             "whole `y = 1` cell (best of 30)",
             "cached `dprobe(0.3)` (best of 30)",
-            "process RSS (after gc)",
+            "RSS (after gc)",
+            "RSS, baseline without the extension",
             "held by ipyrefresh's own lines (tracemalloc)",
         ],
         [
@@ -353,23 +428,25 @@ def main() -> int:
                 fmt(p[1]),
                 fmt(p[2]),
                 f"{r / 2**20:.1f} MiB",
+                f"{base_rss[c] / 2**20:.1f} MiB" if c in base_rss else "-",
                 f"{h / 1024:.0f} KiB" if trace else "off",
             ]
-            for c, r, h, p in checkpoints
+            for c, r, h, p in s.checkpoints
         ],
     )
     report.table(
         ["table", f"after cell {window:,}", f"after cell {n:,}"],
-        [[k, f"{start_tables.get(k, 0):,}", f"{v:,}"] for k, v in end_tables.items()],
+        [[k, f"{s.start_tables.get(k, 0):,}", f"{v:,}"] for k, v in s.end_tables.items()],
     )
+    st = s.status
     report.say(
-        f"Builds {status['builds']:,}, rebuilds {status['rebuilds']:,}, extra variants "
-        f"{status['variants']:,}, evictions {status['evictions']:,}, internal errors "
-        f"{status['internal_errors']}; {extra_handles} extra handles made (`_extra`, rebound "
-        f"each time). Answers checked against fresh autograd: {checks:,}; not bit-identical: "
-        f"{not_bitwise} (of which not even allclose: {not_close})."
+        f"Builds {st['builds']:,}, rebuilds {st['rebuilds']:,}, extra variants "
+        f"{st['variants']:,}, evictions {st['evictions']:,}, internal errors "
+        f"{st['internal_errors']}; {s.extra_handles} extra handles made (`_extra`, rebound "
+        f"each time). Answers checked against fresh autograd: {s.checks:,}; not "
+        f"bit-identical: {s.not_bitwise} (of which not even allclose: {s.not_close})."
     )
-    one, end_ = checkpoints[0][3], checkpoints[-1][3]
+    one, end_ = s.checkpoints[0][3], s.checkpoints[-1][3]
     report.goal(
         "4 per-cell ipyrefresh overhead (hooks, best of 30), last checkpoint vs first",
         "flat (<= 1.5x)",
@@ -383,27 +460,39 @@ def main() -> int:
         f"{end_[2] / one[2]:.2f}x ({fmt(one[2])} -> {fmt(end_[2])})",
         end_[2] <= 1.5 * one[2],
     )
-    if trace and len(checkpoints) >= 2:  # (the first checkpoint is before caps fill up)
-        half, last_ = checkpoints[len(checkpoints) // 2 - 1], checkpoints[-1]
+    half, fin = s.checkpoints[len(s.checkpoints) // 2 - 1], s.checkpoints[-1]
+    if trace:  # (from halfway: the change log's cap fills up in the first cells)
         report.goal(
-            "4 memory held by ipyrefresh's own lines, end vs halfway (caps fill up early)",
+            "4 memory held by ipyrefresh's own lines, end vs halfway",
             "flat (<= 1.25x)",
-            f"{half[2] / 1024:.0f} KiB -> {last_[2] / 1024:.0f} KiB",
-            last_[2] <= 1.25 * max(half[2], 1),
+            f"{half[2] / 1024:.0f} KiB -> {fin[2] / 1024:.0f} KiB",
+            fin[2] <= 1.25 * max(half[2], 1),
         )
-    if len(checkpoints) >= 2:
-        half, last_ = checkpoints[len(checkpoints) // 2 - 1], checkpoints[-1]
+    grew = (fin[1] - half[1]) / 2**20
+    if base_rss.get(fin[0]) and base_rss.get(half[0]):
+        base_grew = (base_rss[fin[0]] - base_rss[half[0]]) / 2**20
         report.goal(
-            "4 (info) process RSS, end vs halfway (IPython's own history grows too)",
-            "(no goal)",
-            f"{half[1] / 2**20:.1f} MiB -> {last_[1] / 2**20:.1f} MiB",
-            None,
+            "4 RSS growth over the second half, with vs without the extension",
+            "<= baseline + 2 MiB",
+            f"{grew:+.1f} MiB vs {base_grew:+.1f} MiB",
+            grew <= base_grew + 2,
         )
+    else:
+        report.goal(
+            "4 (info) RSS growth over the second half", "(no baseline)", f"{grew:+.1f} MiB", None
+        )
+    versions = s.end_tables[next(k for k in s.end_tables if k.startswith("live versions"))]
+    report.goal(
+        "4 old function versions kept alive at the end",
+        f"<= {N_HELPERS + N_TOPS} (the namespace's own)",
+        str(versions),
+        versions <= N_HELPERS + N_TOPS,
+    )
     report.goal(
         "4 wrong answers (bitwise vs fresh autograd)",
         "0",
-        f"{not_bitwise} of {checks:,}",
-        not_bitwise == 0,
+        f"{s.not_bitwise} of {s.checks:,}",
+        s.not_bitwise == 0,
     )
     return report.finish(opts.results)
 
