@@ -16,14 +16,16 @@ computation of the current code. Reported for the first and the last tenth of th
   functions are still alive (old versions held by anything would pile up);
 * the sizes of the engine's tables and of ipyrefresh's module-level caches.
 
-For the RSS, the same session (same seed, tracemalloc on too) also runs in a child
-process without ``%load_ext ipyrefresh`` (the handles work there too): the baseline
-for how much of the growth is IPython's own (its history keeps every cell).
+The main session runs without tracemalloc (which slows every allocation and inflates
+the RSS several times over). The same session (same seed) runs twice more in child
+processes: without ``%load_ext ipyrefresh`` (the handles work there too), the RSS
+baseline for how much of the growth is IPython's own (its history keeps every cell);
+and with the extension and tracemalloc, for the bytes held by ipyrefresh's lines.
 
 Flat is the goal: the end must cost what the start did, and no answer may be wrong.
 
-    .venv/bin/python benchmarks/bench_soak.py [--cells 5000] [--seed 0] [--no-tracemalloc]
-        [--no-baseline] [--quick] [--results]
+    .venv/bin/python benchmarks/bench_soak.py [--cells 5000] [--seed 0] [--quick]
+        [--no-tracemalloc] [--no-baseline] [--results]
 """
 
 from __future__ import annotations
@@ -331,18 +333,20 @@ class Session:
                 tracemalloc.stop()
 
 
-def baseline(n: int, seed: int, trace: bool) -> list[tuple[int, int]] | None:
-    """RSS checkpoints of the same session without the extension, in a child process."""
-    cmd = [sys.executable, __file__, "--child-baseline", "--cells", str(n), "--seed", str(seed)]
-    if not trace:
-        cmd.append("--no-tracemalloc")
-    print("running the baseline session (no extension) in a child process...", flush=True)
+def child(kind: str, n: int, seed: int) -> dict[str, Any] | None:
+    """The same session in a child process: ``baseline`` (no extension, no tracemalloc:
+    the RSS to compare with) or ``traced`` (extension and tracemalloc: the bytes held by
+    ipyrefresh's own lines; tracemalloc slows every allocation and inflates the RSS,
+    so the main session runs without it)."""
+    cmd = [sys.executable, __file__, "--child", kind, "--cells", str(n), "--seed", str(seed)]
+    print(f"running the same session in a child process ({kind})...", flush=True)
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-    if out.returncode != 0 or not lines:
-        print(f"baseline failed ({out.returncode}): {out.stderr[-2000:]}", file=sys.stderr)
+    if not lines:
+        print(f"the {kind} child failed ({out.returncode}): {out.stderr[-2000:]}", file=sys.stderr)
         return None
-    return [tuple(c) for c in json.loads(lines[-1])["rss"]]  # type: ignore[misc]
+    found: dict[str, Any] = json.loads(lines[-1])
+    return found
 
 
 def med(xs: list[float]) -> float:
@@ -358,31 +362,37 @@ def main() -> int:
     parser.add_argument("--cells", type=int, default=5000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--no-tracemalloc", action="store_true", help="faster; no held-bytes measurement"
+        "--no-tracemalloc", action="store_true", help="skip the traced child session"
     )
-    parser.add_argument("--no-baseline", action="store_true", help="skip the RSS baseline")
-    parser.add_argument("--child-baseline", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--no-baseline", action="store_true", help="skip the child session without the extension"
+    )
+    parser.add_argument("--child", choices=("baseline", "traced"), help=argparse.SUPPRESS)
     opts = parse(parser, "bench_soak")
     n = min(opts.cells, 1000) if opts.quick else opts.cells
-    trace = not opts.no_tracemalloc
     cmd = "PYTHONPATH=. .venv/bin/python benchmarks/bench_soak.py --results"
     report = Report("soak", f"Soak: {n:,} random cells in a real IPython shell", cmd)
-    if opts.child_baseline:
-        child = Session(n, opts.seed, extension=False, trace=trace, report=report)
-        child.run()
-        print(json.dumps({"rss": [(c, r) for c, r, _, _ in child.checkpoints]}))
-        return 1 if report.wrong else 0
+    if opts.child:
+        traced = opts.child == "traced"
+        c = Session(n, opts.seed, extension=traced, trace=traced, report=report)
+        c.run()
+        points = [(cells, r, h) for cells, r, h, _ in c.checkpoints]
+        print(json.dumps({"points": points, "wrong": len(report.wrong), "checks": c.checks}))
+        return 0
 
-    s = Session(n, opts.seed, extension=True, trace=trace, report=report)
+    s = Session(n, opts.seed, extension=True, trace=False, report=report)
     s.run()
-    base = None if opts.no_baseline else baseline(n, opts.seed, trace)
+    base = None if opts.no_baseline else child("baseline", n, opts.seed)
+    traced = None if opts.no_tracemalloc else child("traced", n, opts.seed)
+    for found, kind in ((base, "baseline"), (traced, "traced")):
+        if found is not None and found["wrong"]:
+            report.wrong_answer(f"the {kind} child session: {found['wrong']} wrong answers")
     window = s.window
     first, last = s.per_cell[:window], s.per_cell[-window:]
     hit_first = [t for i, t in s.hits if i < window]
     hit_last = [t for i, t in s.hits if i >= n - window]
     report.say(
-        f"{n:,} cells, seed {opts.seed}, {s.total:.1f} s on the clock"
-        f"{' (tracemalloc on: every allocation is slower)' if trace else ''}; "
+        f"{n:,} cells, seed {opts.seed}, {s.total:.1f} s on the clock; "
         f"{s.hooks} per-cell callables of ipyrefresh timed; namespace at the end: "
         f"{s.names:,} names",
     )
@@ -410,7 +420,8 @@ def main() -> int:
             ],
         ],
     )
-    base_rss = dict(base or [])
+    base_rss = {c: r for c, r, _ in (base or {"points": []})["points"]}
+    held = {c: h for c, _, h in (traced or {"points": []})["points"]}
     report.table(
         [
             "after cell",
@@ -429,9 +440,9 @@ def main() -> int:
                 fmt(p[2]),
                 f"{r / 2**20:.1f} MiB",
                 f"{base_rss[c] / 2**20:.1f} MiB" if c in base_rss else "-",
-                f"{h / 1024:.0f} KiB" if trace else "off",
+                f"{held[c] / 1024:.0f} KiB" if c in held else "-",
             ]
-            for c, r, h, p in s.checkpoints
+            for c, r, _, p in s.checkpoints
         ],
     )
     report.table(
@@ -461,12 +472,12 @@ def main() -> int:
         end_[2] <= 1.5 * one[2],
     )
     half, fin = s.checkpoints[len(s.checkpoints) // 2 - 1], s.checkpoints[-1]
-    if trace:  # (from halfway: the change log's cap fills up in the first cells)
+    if held.get(half[0]) and held.get(fin[0]):  # (from halfway: the change log's cap fills)
         report.goal(
-            "4 memory held by ipyrefresh's own lines, end vs halfway",
+            "4 memory held by ipyrefresh's own lines (tracemalloc), end vs halfway",
             "flat (<= 1.25x)",
-            f"{half[2] / 1024:.0f} KiB -> {fin[2] / 1024:.0f} KiB",
-            fin[2] <= 1.25 * max(half[2], 1),
+            f"{held[half[0]] / 1024:.0f} KiB -> {held[fin[0]] / 1024:.0f} KiB",
+            held[fin[0]] <= 1.25 * held[half[0]],
         )
     grew = (fin[1] - half[1]) / 2**20
     if base_rss.get(fin[0]) and base_rss.get(half[0]):
