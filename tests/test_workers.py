@@ -200,6 +200,18 @@ def test_every_kind_of_handle_through_a_spawned_pool(ip: Shell, pools: Any) -> N
         same_result(future.result(timeout=120), oracle(*args))
 
 
+def test_a_pinned_handle_keeps_its_code_while_tasks_are_queued(ip: Shell, pools: Any) -> None:
+    """A pool pickles queued tasks later, when a worker frees up: a handle pickled at
+    submission (the README's idiom) keeps the code of that moment for all of them."""
+    ip.run(SHELL_CODE + "import pickle\npinned = pickle.loads(pickle.dumps(dh))")
+    want = fresh_grad(ip, XS)
+    executor = pools("spawn")
+    queued = [executor.submit(ip.ns["pinned"], x) for x in XS * 3]
+    ip.run("def g(x): return x ** 3 - x\na[0] = 4.0")
+    for future, w in zip(queued, want * 3, strict=True):
+        same_result(future.result(timeout=120), w)
+
+
 def test_a_jax_handle_through_a_spawned_pool(ip: Shell, pools: Any) -> None:
     jax = pytest.importorskip("jax", reason=NO_JAX)
     ip.run(
