@@ -292,6 +292,10 @@ def test_what_cannot_be_pickled_is_named(ip: Shell) -> None:
     message = str(info.value)
     assert "grad(h)" in message
     assert "h -> global 'g' -> global 'lock' (a lock)" in message
+    dask = pytest.importorskip("dask")
+    assert dask.delayed(ip.ns["dh"], pure=True)(0.5).compute(scheduler="threads") == ip.ns["dh"](
+        0.5
+    )
     ip.run("del h")
     with pytest.raises(pickle.PicklingError, match=r"grad\(h\).*name 'h' is not defined"):
         pickle.dumps(ip.ns["dh"])

@@ -23,6 +23,7 @@ import hashlib
 import os
 import pickle
 import threading
+import uuid
 from types import FunctionType, MethodType
 from typing import TYPE_CHECKING, Any
 
@@ -63,8 +64,13 @@ def dask_token(dh: Derivative) -> tuple[Any, ...]:
     """``Derivative.__dask_tokenize__``: Dask names a task by its function and arguments,
     and keeps results under that name; a handle's token is what it would send now, so a
     redefinition makes new tasks instead of finding the old results (some Dask versions
-    also cache a callable's token by identity)."""
-    _, (payload, meta) = reduce_handle(dh)
+    also cache a callable's token by identity). A handle that cannot be pickled still
+    runs under Dask's local schedulers (threads): it gets a token of its own, as Dask
+    gives what it cannot pickle."""
+    try:
+        _, (payload, meta) = reduce_handle(dh)
+    except pickle.PicklingError:
+        return ("ipyrefresh.Derivative", uuid.uuid4().hex)
     return ("ipyrefresh.Derivative", hashlib.blake2b(payload).hexdigest(), meta)
 
 
