@@ -291,7 +291,7 @@ def test_what_cannot_be_pickled_is_named(ip: Shell) -> None:
         pickle.dumps(ip.ns["dh"])
     message = str(info.value)
     assert "grad(h)" in message
-    assert "h -> global 'g' -> global 'lock' (a lock)" in message
+    assert "h -> global 'g' -> global 'lock' (a _thread.lock)" in message
     dask = pytest.importorskip("dask")
     assert dask.delayed(ip.ns["dh"], pure=True)(0.5).compute(scheduler="threads") == ip.ns["dh"](
         0.5
@@ -299,6 +299,10 @@ def test_what_cannot_be_pickled_is_named(ip: Shell) -> None:
     ip.run("del h")
     with pytest.raises(pickle.PicklingError, match=r"grad\(h\).*name 'h' is not defined"):
         pickle.dumps(ip.ns["dh"])
+    # A function that reads its own handle: an error at once, not a recursion without end.
+    ip.run("def k(x):\n    return dk(x) if x > 10 else x ** 2\ndk = grad(k)")
+    with pytest.raises(pickle.PicklingError, match=r"reads this handle itself"):
+        pickle.dumps(ip.ns["dk"])
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 _FORMAT = 1
 #: Distinct payloads whose rebuilt handles a process keeps.
 _KEEP = 16
+#: Per thread, the handles being pickled now (a function that reads its own handle).
+_pickling = threading.local()
 
 
 def reduce_handle(dh: Derivative) -> tuple[Any, tuple[Any, ...]]:
@@ -51,10 +53,20 @@ def reduce_handle(dh: Derivative) -> tuple[Any, tuple[Any, ...]]:
         raise pickle.PicklingError(
             f"cannot pickle {_name(dh)}: {type(exc).__name__}: {exc}"
         ) from exc
+    busy: set[int] = _pickling.__dict__.setdefault("handles", set())
+    if id(dh) in busy:  # without this, pickling recursed until the stack ran out, repeatedly
+        raise pickle.PicklingError(
+            f"cannot pickle {_name(dh)}: the function it differentiates reads this handle "
+            "itself (directly or through other handles), and a handle is sent as its "
+            "function's code and data"
+        )
+    busy.add(id(dh))
     try:
         payload = cloudpickle.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
         raise pickle.PicklingError(_unpicklable(dh, fn, exc)) from exc
+    finally:
+        busy.discard(id(dh))
     backend = dh.backend or dh._engine.config.backend
     meta = (_FORMAT, dh.transform.value, dh.argnum, backend, dh.options, target.label)
     return rebuild_handle, (payload, meta)
@@ -201,7 +213,7 @@ def _culprit(obj: Any, path: str, seen: set[int], depth: int) -> str | None:
         if _picklable(value):
             continue
         deeper = _culprit(value, f"{path} -> {label}", seen, depth + 1)
-        return deeper or f"{path} -> {label} (a {type(value).__name__})"
+        return deeper or f"{path} -> {label} (a {_type_name(value)})"
     return None
 
 
@@ -210,3 +222,10 @@ def _global_names(code: Any, names: set[str]) -> None:
     for const in code.co_consts:
         if hasattr(const, "co_names"):
             _global_names(const, names)
+
+
+def _type_name(value: Any) -> str:
+    cls = type(value)
+    module = getattr(cls, "__module__", None)
+    name = getattr(cls, "__qualname__", cls.__name__)
+    return name if module in (None, "builtins") else f"{module}.{name}"
