@@ -224,9 +224,20 @@ def test_a_jax_handle_through_a_spawned_pool(ip: Shell, pools: Any) -> None:
     for _ in range(2):
         got = executor.submit(ip.ns["dh"], ip.ns["x"]).result(timeout=300)
         want = jax.grad(ip.ns["h"])(ip.ns["x"])
-        assert got.shape == want.shape and got.dtype == want.dtype
+        assert got.shape == want.shape and got.dtype == want.dtype == onp.float32
         onp.testing.assert_allclose(onp.asarray(got), onp.asarray(want), rtol=1e-6)
         ip.run("def g(x): return jnp.cos(x) ** 2")
+    # A notebook in double precision: the worker (at JAX's default, float32) follows it.
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        ip.run("x = jnp.array([0.3, -1.2, 2.0])")
+        got = executor.submit(ip.ns["dh"], ip.ns["x"]).result(timeout=300)
+        want = jax.grad(ip.ns["h"])(ip.ns["x"])
+        assert got.dtype == want.dtype == onp.float64
+        onp.testing.assert_allclose(onp.asarray(got), onp.asarray(want), rtol=1e-12)
+    finally:
+        jax.config.update("jax_enable_x64", old)
 
 
 # -- what pickling gives, in this process ------------------------------------------------

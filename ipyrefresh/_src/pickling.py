@@ -22,6 +22,7 @@ import collections
 import hashlib
 import os
 import pickle
+import sys
 import threading
 import uuid
 from types import FunctionType, MethodType
@@ -68,7 +69,10 @@ def reduce_handle(dh: Derivative) -> tuple[Any, tuple[Any, ...]]:
     finally:
         busy.discard(id(dh))
     backend = dh.backend or dh._engine.config.backend
-    meta = (_FORMAT, dh.transform.value, dh.argnum, backend, dh.options, target.label)
+    x64 = None
+    if backend == "jax" and "jax" in sys.modules:  # not imported: JAX's default, as there
+        x64 = bool(sys.modules["jax"].config.jax_enable_x64)
+    meta = (_FORMAT, dh.transform.value, dh.argnum, backend, dh.options, target.label, x64)
     return rebuild_handle, (payload, meta)
 
 
@@ -93,6 +97,8 @@ def rebuild_handle(payload: bytes, meta: tuple[Any, ...]) -> Derivative:
             f"this ipyrefresh reads handles of format {_FORMAT}, not {meta[0]}: "
             "install the same ipyrefresh version in the workers as in the notebook"
         )
+    if meta[6] is not None:
+        _match_x64(meta[6])
     key = (hashlib.blake2b(payload, digest_size=20).digest(), meta)
     with _lock:
         dh = _kept.get(key)
@@ -112,7 +118,7 @@ def _new_handle(fn: Any, meta: tuple[Any, ...]) -> Derivative:
     from .handles import Derivative
     from .targets import FixedTarget
 
-    _, transform, argnum, backend, options, label = meta
+    _, transform, argnum, backend, options, label, _ = meta
     return Derivative(
         Transform(transform),
         fn,
@@ -122,6 +128,18 @@ def _new_handle(fn: Any, meta: tuple[Any, ...]) -> Derivative:
         engine=_engine(),
         options=options,
     )
+
+
+def _match_x64(enabled: bool) -> None:
+    """JAX's precision as in the process that sent the handle. Set before the task's
+    arguments are unpickled (they follow the function), so that float64 arrays stay
+    float64: a worker at JAX's default would answer in float32 for a notebook that
+    enabled x64."""
+    import jax
+
+    config: Any = jax.config
+    if bool(config.jax_enable_x64) != enabled:
+        config.update("jax_enable_x64", enabled)
 
 
 # -- this process's own engine and kept handles -------------------------------------------
