@@ -13,6 +13,7 @@ import copy
 import multiprocessing
 import os
 import pickle
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -310,6 +311,13 @@ def test_what_cannot_be_pickled_is_named(ip: Shell) -> None:
     ip.run("del h")
     with pytest.raises(pickle.PicklingError, match=r"grad\(h\).*name 'h' is not defined"):
         pickle.dumps(ip.ns["dh"])
+    # What the receiving process cannot import is named with the handle.
+    ip.run("import types, sys\nmod = types.ModuleType('made_here')\nsys.modules['made_here'] = mod")
+    ip.run("exec('def f(x):\\n    return x * 2.0', mod.__dict__)\ndf = grad(mod.f)")
+    sent = pickle.dumps(ip.ns["df"])
+    del sys.modules["made_here"]
+    with pytest.raises(pickle.UnpicklingError, match=r"grad\(mod.f\) sent from.*made_here"):
+        pickle.loads(sent)
     # A function that reads its own handle: an error at once, not a recursion without end.
     ip.run("def k(x):\n    return dk(x) if x > 10 else x ** 2\ndk = grad(k)")
     with pytest.raises(pickle.PicklingError, match=r"reads this handle itself"):

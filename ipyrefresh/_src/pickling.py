@@ -105,7 +105,15 @@ def rebuild_handle(payload: bytes, meta: tuple[Any, ...]) -> Derivative:
         if dh is not None:
             _kept.move_to_end(key)
             return dh
-    fn = pickle.loads(payload)
+    try:
+        fn = pickle.loads(payload)
+    except Exception as exc:
+        name = f"{meta[1]}({meta[5]})"
+        raise pickle.UnpicklingError(
+            f"cannot rebuild the derivative handle {name} sent from another process: "
+            f"{type(exc).__name__}: {exc}. Functions of modules are sent by reference: "
+            "this process must be able to import them, with the same packages installed."
+        ) from exc
     dh = _new_handle(fn, meta)
     with _lock:
         _kept[key] = dh
