@@ -20,6 +20,7 @@ from .compilers.base import Miss, Transform, Variant
 from .engine import Engine, current
 from .entry import Entry
 from .keys import EntryKey, Signature, call_signature, check_argnum
+from .pickling import dask_token, reduce_handle
 from .targets import FixedTarget, Target, label_of, target_for
 
 _MAX_HANDLE_ENTRIES = 64
@@ -138,6 +139,20 @@ class Derivative:
     def entries(self) -> list[Entry]:
         """The cache entries this handle used (one per call signature)."""
         return list(self._entries.values())
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled (for a process pool, joblib, Dask), a handle carries the function its
+        target means now, by value where cloudpickle can: see ``pickling.py``."""
+        return reduce_handle(self)
+
+    def __dask_tokenize__(self) -> tuple[Any, ...]:
+        return dask_token(self)
+
+    def __copy__(self) -> Derivative:
+        return self  # like a function: a handle has no state of the user's to copy
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Derivative:
+        return self
 
     @property
     def __name__(self) -> str:

@@ -1,0 +1,257 @@
+"""Sending handles to other processes: ``pickle.dumps(dh)``, process pools, joblib, Dask.
+
+A handle follows a name in the notebook; a worker has no notebook. So a pickled handle
+carries what the name means *when it is pickled*: the function it resolves to now,
+pickled with ``cloudpickle`` (functions defined in a notebook or script go by value, with
+the globals they read, as their values are now; functions of importable modules go by
+reference, and the worker imports them), plus the transform, ``argnum``, backend (the
+configured one, if the handle has none of its own) and options. Unpickled, it is a handle
+on that function (a fixed target) in an engine of the receiving process's own, so the
+worker computes exactly the derivative the notebook would have at the moment of sending.
+Each task pickles the handle anew, so after a redefinition the next tasks carry the new
+code.
+
+A worker keeps the handles it rebuilt for the last few distinct payloads: tasks that
+carry byte-identical code and data reuse one handle and its compiled entry instead of
+tracing (or jit-compiling) once per task.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import os
+import pickle
+import sys
+import threading
+import uuid
+from types import FunctionType, MethodType
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+
+from .keys import Transform
+
+if TYPE_CHECKING:
+    from .engine import Engine
+    from .handles import Derivative
+
+#: Payload format; bumped if what ``reduce_handle`` sends changes shape.
+_FORMAT = 1
+#: Distinct payloads whose rebuilt handles a process keeps.
+_KEEP = 16
+#: Per thread, the handles being pickled now (a function that reads its own handle).
+_pickling = threading.local()
+
+
+def reduce_handle(dh: Derivative) -> tuple[Any, tuple[Any, ...]]:
+    """``Derivative.__reduce__``: the current function, by value where cloudpickle
+    can, and what the handle computes of it."""
+    target = dh.target
+    try:
+        fn = target.resolve()
+    except Exception as exc:
+        raise pickle.PicklingError(
+            f"cannot pickle {_name(dh)}: {type(exc).__name__}: {exc}"
+        ) from exc
+    busy: set[int] = _pickling.__dict__.setdefault("handles", set())
+    if id(dh) in busy:  # without this, pickling recursed until the stack ran out, repeatedly
+        raise pickle.PicklingError(
+            f"cannot pickle {_name(dh)}: the function it differentiates reads this handle "
+            "itself (directly or through other handles), and a handle is sent as its "
+            "function's code and data"
+        )
+    busy.add(id(dh))
+    try:
+        payload = cloudpickle.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        raise pickle.PicklingError(_unpicklable(dh, fn, exc)) from exc
+    finally:
+        busy.discard(id(dh))
+    backend = dh.backend or dh._engine.config.backend
+    x64 = None
+    if backend == "jax" and "jax" in sys.modules:  # not imported: JAX's default, as there
+        x64 = bool(sys.modules["jax"].config.jax_enable_x64)
+    meta = (_FORMAT, dh.transform.value, dh.argnum, backend, dh.options, target.label, x64)
+    return rebuild_handle, (payload, meta)
+
+
+def dask_token(dh: Derivative) -> tuple[Any, ...]:
+    """``Derivative.__dask_tokenize__``: Dask names a task by its function and arguments,
+    and keeps results under that name; a handle's token is what it would send now, so a
+    redefinition makes new tasks instead of finding the old results (some Dask versions
+    also cache a callable's token by identity). A handle that cannot be pickled still
+    runs under Dask's local schedulers (threads): it gets a token of its own, as Dask
+    gives what it cannot pickle."""
+    try:
+        _, (payload, meta) = reduce_handle(dh)
+    except pickle.PicklingError:
+        return ("ipyrefresh.Derivative", uuid.uuid4().hex)
+    return ("ipyrefresh.Derivative", hashlib.blake2b(payload).hexdigest(), meta)
+
+
+def rebuild_handle(payload: bytes, meta: tuple[Any, ...]) -> Derivative:
+    """A handle on the function in ``payload``, in this process's own engine."""
+    if meta[0] != _FORMAT:
+        raise pickle.UnpicklingError(
+            f"this ipyrefresh reads handles of format {_FORMAT}, not {meta[0]}: "
+            "install the same ipyrefresh version in the workers as in the notebook"
+        )
+    if meta[6] is not None:
+        _match_x64(meta[6])
+    key = (hashlib.blake2b(payload, digest_size=20).digest(), meta)
+    with _lock:
+        dh = _kept.get(key)
+        if dh is not None:
+            _kept.move_to_end(key)
+            return dh
+    try:
+        fn = pickle.loads(payload)
+    except Exception as exc:
+        name = f"{meta[1]}({meta[5]})"
+        raise pickle.UnpicklingError(
+            f"cannot rebuild the derivative handle {name} sent from another process: "
+            f"{type(exc).__name__}: {exc}. Functions of modules are sent by reference: "
+            "this process must be able to import them, with the same packages installed."
+        ) from exc
+    dh = _new_handle(fn, meta)
+    with _lock:
+        _kept[key] = dh
+        while len(_kept) > _KEEP:
+            _kept.popitem(last=False)
+    return dh
+
+
+def _new_handle(fn: Any, meta: tuple[Any, ...]) -> Derivative:
+    from .handles import Derivative
+    from .targets import FixedTarget
+
+    _, transform, argnum, backend, options, label, _ = meta
+    return Derivative(
+        Transform(transform),
+        fn,
+        argnum,
+        backend,
+        target=FixedTarget(fn, label),
+        engine=_engine(),
+        options=options,
+    )
+
+
+def _match_x64(enabled: bool) -> None:
+    """JAX's precision as in the process that sent the handle. Set before the task's
+    arguments are unpickled (they follow the function), so that float64 arrays stay
+    float64: a worker at JAX's default would answer in float32 for a notebook that
+    enabled x64."""
+    import jax
+
+    config: Any = jax.config
+    if bool(config.jax_enable_x64) != enabled:
+        config.update("jax_enable_x64", enabled)
+
+
+# -- this process's own engine and kept handles -------------------------------------------
+#
+# Not the process's current engine: a child made by fork() inherits that one, whose lock
+# may be held by a thread that does not exist in the child and whose listeners talk to
+# the notebook's front end over the parent's sockets. Forked children start afresh.
+
+_lock = threading.Lock()
+_kept: collections.OrderedDict[Any, Derivative] = collections.OrderedDict()
+_engines: list[Engine] = []
+
+
+def _engine() -> Engine:
+    from .engine import Engine
+
+    with _lock:
+        if not _engines:
+            _engines.append(Engine())
+        return _engines[0]
+
+
+def _forked() -> None:
+    global _lock, _kept
+    _lock = threading.Lock()
+    _kept = collections.OrderedDict()
+    _engines.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+# -- a clear error for what cannot be sent -----------------------------------------------
+
+
+def _name(dh: Derivative) -> str:
+    argnum = "" if dh.argnum == 0 else f", argnum={dh.argnum}"
+    return f"the derivative handle {dh.transform.value}({dh.target.label}{argnum})"
+
+
+def _unpicklable(dh: Derivative, fn: Any, exc: BaseException) -> str:
+    culprit = _culprit(fn, dh.target.label, set(), 0)
+    where = f"{culprit} cannot be pickled" if culprit else f"'{dh.target.label}' cannot be pickled"
+    return (
+        f"cannot pickle {_name(dh)} to send it to another process: {where} "
+        f"({type(exc).__name__}: {exc}). A handle sends the function it differentiates, "
+        "with the globals, closures and defaults it reads, by value; make those picklable "
+        "or create them inside the function."
+    )
+
+
+def _picklable(obj: Any) -> bool:
+    try:
+        cloudpickle.dumps(obj)
+    except Exception:
+        return False
+    return True
+
+
+def _culprit(obj: Any, path: str, seen: set[int], depth: int) -> str | None:
+    """The first thing reachable from ``obj`` (through what cloudpickle sends with a
+    function: globals it reads, closure cells, defaults) that cannot be pickled, as a
+    path ``h -> global 'g' -> global 'lock' (a _thread.lock)``; None if not found."""
+    if id(obj) in seen or depth > 8:
+        return None
+    seen.add(id(obj))
+    parts: list[tuple[str, Any]] = []
+    if type(obj) is FunctionType:
+        names: set[str] = set()
+        _global_names(obj.__code__, names)
+        for name in sorted(names):
+            if name in obj.__globals__:
+                parts.append((f"global '{name}'", obj.__globals__[name]))
+        for name, cell in zip(obj.__code__.co_freevars, obj.__closure__ or (), strict=False):
+            try:
+                parts.append((f"closure variable '{name}'", cell.cell_contents))
+            except ValueError:  # an empty cell
+                continue
+        parts.extend((f"default {i}", v) for i, v in enumerate(obj.__defaults__ or ()))
+        parts.extend((f"default '{k}'", v) for k, v in (obj.__kwdefaults__ or {}).items())
+    elif type(obj) is MethodType:
+        parts = [("its object", obj.__self__), ("its function", obj.__func__)]
+    else:
+        attrs = getattr(obj, "__dict__", None)
+        if type(attrs) is dict:
+            parts = [(f"attribute '{k}'", v) for k, v in attrs.items()]
+    for label, value in parts:
+        if _picklable(value):
+            continue
+        deeper = _culprit(value, f"{path} -> {label}", seen, depth + 1)
+        return deeper or f"{path} -> {label} (a {_type_name(value)})"
+    return None
+
+
+def _global_names(code: Any, names: set[str]) -> None:
+    names.update(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            _global_names(const, names)
+
+
+def _type_name(value: Any) -> str:
+    cls = type(value)
+    module = getattr(cls, "__module__", None)
+    name = getattr(cls, "__qualname__", cls.__name__)
+    return name if module in (None, "builtins") else f"{module}.{name}"

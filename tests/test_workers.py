@@ -1,0 +1,358 @@
+"""Handles sent to other processes: process pools (fork and spawn), joblib's loky backend,
+a Dask ``LocalCluster``. A real IPython shell defines the code; each answer a worker
+sends back must equal a fresh autograd computation of the shell's *current* code and
+data, made in this process, bit for bit; after a redefinition (or an in-place change of
+a global array) the next tasks sent must answer for the new code.
+
+The pools and the cluster are made once per module (two cores are shared by all).
+"""
+
+from __future__ import annotations
+
+import copy
+import multiprocessing
+import os
+import pickle
+import sys
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import autograd
+import autograd.numpy as anp
+import numpy as onp
+import pytest
+
+import ipyrefresh
+from ipyrefresh._src.engine import Engine
+from ipyrefresh._src.targets import FixedTarget
+
+from .conftest import Shell
+from .oracle import same_result
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # no accelerator probing, here or in workers
+
+# Forking a process that runs threads (Dask's client, JAX) warns on Python 3.12+; the
+# forked workers here only unpickle handles and run autograd.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.*fork.*:DeprecationWarning", "ignore:.*fork.*:RuntimeWarning"
+)
+
+Send = Callable[[Any, list[Any]], list[Any]]
+
+SHELL_CODE = """\
+import numpy as onp
+def g(x): return np.sin(x) * 3.0
+a = onp.array([1.5, -0.5])
+def h(x): return 2 * g(x) * a[0] + a[1] * x ** 2
+dh = grad(h)
+"""
+XS = [0.0, 0.5, 1.0, 1.5]
+NO_JAX = "the JAX backend needs jax: pip install ipyrefresh[jax]"
+
+
+def module_loss(x: Any) -> Any:
+    """A plain function of this module: workers import it by reference."""
+    return anp.sum(anp.tanh(x) ** 2 * anp.arange(1.0, 1.0 + anp.size(x)))
+
+
+# -- the pools, one per module -----------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _main_has_a_spec(ip: Shell) -> None:
+    """IPython's reset (the shell fixture resets; so does %reset) empties the namespace of
+    the shell's ``__main__`` module, ``__spec__`` included, and multiprocessing's spawn
+    needs ``__main__.__spec__``. A fresh shell has it (None): put it back."""
+    ip.ns.setdefault("__spec__", None)
+
+
+@pytest.fixture(scope="module")
+def pools() -> Iterator[Callable[[str], ProcessPoolExecutor]]:
+    made: dict[str, ProcessPoolExecutor] = {}
+
+    def pool(method: str) -> ProcessPoolExecutor:
+        if method not in made:
+            made[method] = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context(method))
+        return made[method]
+
+    yield pool
+    for executor in made.values():
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.fixture(scope="module")
+def loky() -> Iterator[Send]:
+    joblib = pytest.importorskip("joblib")
+
+    def send(dh: Any, xs: list[Any]) -> list[Any]:
+        return joblib.Parallel(n_jobs=2, backend="loky")(joblib.delayed(dh)(x) for x in xs)
+
+    yield send
+    from joblib.externals.loky import get_reusable_executor
+
+    get_reusable_executor().shutdown(wait=True)
+
+
+@pytest.fixture(scope="module")
+def dask_client() -> Iterator[Any]:
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            worker_dashboard_address=None,
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        yield client
+
+
+@pytest.fixture
+def sender(request: pytest.FixtureRequest, pools: Any) -> Send:
+    """How one kind of worker gets the tasks ``dh(x)`` for ``x`` in ``xs``."""
+    kind = request.param
+    if kind in ("fork", "spawn"):
+        executor = pools(kind)
+        return lambda dh, xs: list(executor.map(dh, xs))
+    if kind == "loky":
+        send: Send = request.getfixturevalue("loky")
+        return send
+    client = request.getfixturevalue("dask_client")
+    held: list[Any] = []
+
+    def send_to_dask(dh: Any, xs: list[Any]) -> list[Any]:
+        futures = client.map(dh, xs)
+        held.append(futures)  # earlier rounds' futures stay alive: no key may be reused
+        return list(client.gather(futures))
+
+    return send_to_dask
+
+
+def fresh_grad(ip: Shell, xs: list[Any]) -> list[Any]:
+    """autograd.grad of the shell's h as it is now, computed here."""
+    return [autograd.grad(ip.ns["h"])(x) for x in xs]
+
+
+# -- the issue's scenario on every kind of worker ----------------------------------------
+
+
+@pytest.mark.parametrize("sender", ["fork", "spawn", "loky", "dask"], indirect=True)
+def test_workers_answer_for_the_code_current_when_sent(ip: Shell, sender: Send) -> None:
+    ip.ns["send"] = sender
+    ip.run(SHELL_CODE + "xs = " + repr(XS))
+
+    def check() -> list[Any]:
+        got = ip.run("send(dh, xs)")
+        want = fresh_grad(ip, XS)
+        assert len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            same_result(g, w)
+        return got
+
+    first = check()
+    ip.run("def g(x): return x ** 3 - x")  # a callee is redefined in the notebook
+    second = check()
+    assert not onp.array_equal(first, second)
+    ip.run("a[0] = 4.0")  # a global array h reads changes in place
+    third = check()
+    assert not onp.array_equal(second, third)
+    ip.run("def h(x): return np.cos(x) * a[1]")  # the name dh follows is rebound
+    fourth = check()
+    assert not onp.array_equal(third, fourth)
+
+
+@pytest.mark.parametrize("sender", ["spawn", "dask"], indirect=True)
+def test_a_module_function_is_imported_by_the_worker(engine: Engine, sender: Send) -> None:
+    dh = ipyrefresh.grad(module_loss)
+    xs = [onp.linspace(-1.0, 1.0, 5), onp.linspace(0.25, 2.0, 5)]
+    got = sender(dh, xs)
+    for g, x in zip(got, xs, strict=True):
+        same_result(g, autograd.grad(module_loss)(x))
+
+
+def test_every_kind_of_handle_through_a_spawned_pool(ip: Shell, pools: Any) -> None:
+    ip.run(
+        "from ipyrefresh import value_and_grad, elementwise_grad, jacobian, hessian\n"
+        "def f(x, y): return np.sum(np.sin(x) * y ** 2)\n"
+        "def e(x): return np.tanh(x) * 2.0\n"
+        "def v(x): return np.array([x[0] * x[1], np.exp(x[1])])\n"
+        "handles = [value_and_grad(f, 1), elementwise_grad(e), jacobian(v), hessian(f),"
+        " grad(f, (0, 1))]"
+    )
+    x, y = onp.array([0.3, -1.2, 2.0]), onp.array([1.0, 0.5, -2.0])
+    cases = [
+        ((x, y), autograd.value_and_grad(ip.ns["f"], 1)),
+        ((x,), autograd.elementwise_grad(ip.ns["e"])),
+        ((x[:2],), autograd.jacobian(ip.ns["v"])),
+        ((x, y), autograd.hessian(ip.ns["f"])),
+        ((x, y), autograd.grad(ip.ns["f"], (0, 1))),
+    ]
+    executor = pools("spawn")
+    sent = [
+        executor.submit(dh, *args) for dh, (args, _) in zip(ip.ns["handles"], cases, strict=True)
+    ]
+    for future, (args, oracle) in zip(sent, cases, strict=True):
+        same_result(future.result(timeout=120), oracle(*args))
+
+
+def test_a_pinned_handle_keeps_its_code_while_tasks_are_queued(ip: Shell, pools: Any) -> None:
+    """A pool pickles queued tasks later, when a worker frees up: a handle pickled at
+    submission (the README's idiom) keeps the code of that moment for all of them."""
+    ip.run(SHELL_CODE + "import pickle\npinned = pickle.loads(pickle.dumps(dh))")
+    want = fresh_grad(ip, XS)
+    executor = pools("spawn")
+    queued = [executor.submit(ip.ns["pinned"], x) for x in XS * 3]
+    ip.run("def g(x): return x ** 3 - x\na[0] = 4.0")
+    for future, w in zip(queued, want * 3, strict=True):
+        same_result(future.result(timeout=120), w)
+
+
+def test_a_jax_handle_through_a_spawned_pool(ip: Shell, pools: Any) -> None:
+    jax = pytest.importorskip("jax", reason=NO_JAX)
+    ip.run(
+        "import jax.numpy as jnp\nimport ipyrefresh.jax as rj\n"
+        "def g(x): return jnp.sin(x) * 3.0\n"
+        "def h(x): return jnp.sum(2.0 * g(x) * x)\n"
+        "dh = rj.grad(h)\nx = jnp.array([0.3, -1.2, 2.0])"
+    )
+    executor = pools("spawn")
+    for _ in range(2):
+        got = executor.submit(ip.ns["dh"], ip.ns["x"]).result(timeout=300)
+        want = jax.grad(ip.ns["h"])(ip.ns["x"])
+        assert got.shape == want.shape and got.dtype == want.dtype == onp.float32
+        onp.testing.assert_allclose(onp.asarray(got), onp.asarray(want), rtol=1e-6)
+        ip.run("def g(x): return jnp.cos(x) ** 2")
+    # A notebook in double precision: the worker (at JAX's default, float32) follows it.
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        ip.run("x = jnp.array([0.3, -1.2, 2.0])")
+        got = executor.submit(ip.ns["dh"], ip.ns["x"]).result(timeout=300)
+        want = jax.grad(ip.ns["h"])(ip.ns["x"])
+        assert got.dtype == want.dtype == onp.float64
+        onp.testing.assert_allclose(onp.asarray(got), onp.asarray(want), rtol=1e-12)
+    finally:
+        jax.config.update("jax_enable_x64", old)
+
+
+# -- what pickling gives, in this process ------------------------------------------------
+
+
+def test_unpickled_handles_are_fixed_and_compute_the_code_of_the_moment(ip: Shell) -> None:
+    ip.run(SHELL_CODE)
+    old = pickle.loads(pickle.dumps(ip.ns["dh"]))
+    assert isinstance(old.target, FixedTarget) and old.target.label == "h"
+    assert old._engine is not ip.ns["dh"]._engine  # this process's engine for sent handles
+    assert "fixed function" in repr(old) and "tape" in repr(old)
+    same_result(old(0.5), fresh_grad(ip, [0.5])[0])
+    # Tasks that carry the same code and data share one rebuilt handle (and its entry).
+    assert pickle.loads(pickle.dumps(ip.ns["dh"])) is old
+    before = old(0.5)
+    ip.run("def g(x): return x ** 3 - x")
+    new = pickle.loads(pickle.dumps(ip.ns["dh"]))
+    assert new is not old
+    same_result(new(0.5), fresh_grad(ip, [0.5])[0])
+    same_result(old(0.5), before)  # a sent handle keeps the code it was sent with
+
+
+def test_options_argnum_and_backend_travel(ip: Shell) -> None:
+    ip.run("%config IPyRefresh.backend = 'autograd'")
+    ip.run("def f(x, y): return np.sum(x * y ** 2)\ndf = grad(f, (0, 1))")
+    sent = pickle.loads(pickle.dumps(ip.ns["df"]))
+    assert (sent.argnum, sent.backend) == ((0, 1), "autograd")
+    assert sent.transform is ip.ns["df"].transform
+    jax = pytest.importorskip("jax", reason=NO_JAX)
+    ip.run(
+        "import jax.numpy as jnp\nimport ipyrefresh.jax as rj\n"
+        "def step(x, n): return x * n\nfast = rj.jit(step, static_argnums=1)"
+    )
+    fast = pickle.loads(pickle.dumps(ip.ns["fast"]))
+    assert fast.backend == "jax" and fast.options == ip.ns["fast"].options
+    x = jax.numpy.array([1.0, 2.0])
+    onp.testing.assert_array_equal(fast(x, 3), x * 3)
+
+
+def test_dask_names_tasks_by_the_code_they_carry(ip: Shell) -> None:
+    tokenize = pytest.importorskip("dask.base").tokenize
+    ip.run(SHELL_CODE)
+    first = tokenize(ip.ns["dh"])
+    assert tokenize(ip.ns["dh"]) == first  # the same code and data: the same tasks
+    ip.run("a[1] = 7.0")
+    assert tokenize(ip.ns["dh"]) != first
+
+
+def test_copies_are_the_handle_itself(ip: Shell) -> None:
+    ip.run(SHELL_CODE)
+    dh = ip.ns["dh"]
+    assert copy.copy(dh) is dh and copy.deepcopy([dh])[0] is dh
+
+
+def test_what_cannot_be_pickled_is_named(ip: Shell) -> None:
+    ip.run(
+        "import threading\nlock = threading.Lock()\n"
+        "def g(x):\n    with lock:\n        return 2 * x\n"
+        "def h(x): return np.sin(g(x))\ndh = grad(h)"
+    )
+    with pytest.raises(pickle.PicklingError) as info:
+        pickle.dumps(ip.ns["dh"])
+    message = str(info.value)
+    assert "grad(h)" in message
+    assert "h -> global 'g' -> global 'lock' (a _thread.lock)" in message
+    dask = pytest.importorskip("dask")
+    assert dask.delayed(ip.ns["dh"], pure=True)(0.5).compute(scheduler="threads") == ip.ns["dh"](
+        0.5
+    )
+    ip.run("del h")
+    with pytest.raises(pickle.PicklingError, match=r"grad\(h\).*name 'h' is not defined"):
+        pickle.dumps(ip.ns["dh"])
+    # What the receiving process cannot import is named with the handle.
+    ip.run("import types, sys\nmod = types.ModuleType('made_here')\nsys.modules['made_here'] = mod")
+    ip.run("exec('def f(x):\\n    return x * 2.0', mod.__dict__)\ndf = grad(mod.f)")
+    sent = pickle.dumps(ip.ns["df"])
+    del sys.modules["made_here"]
+    with pytest.raises(pickle.UnpicklingError, match=r"grad\(mod.f\) sent from.*made_here"):
+        pickle.loads(sent)
+    # A function that reads its own handle: an error at once, not a recursion without end.
+    ip.run("def k(x):\n    return dk(x) if x > 10 else x ** 2\ndk = grad(k)")
+    with pytest.raises(pickle.PicklingError, match=r"reads this handle itself"):
+        pickle.dumps(ip.ns["dk"])
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_forked_worker_never_waits_for_the_notebooks_engine(ip: Shell) -> None:
+    """The notebook's engine may be locked by another thread when a pool forks: the
+    child has a copy of the lock, held by nobody. Sent handles use an engine of their own."""
+    ip.run(SHELL_CODE)
+    holding, done = threading.Event(), threading.Event()
+    engine = ip.ns["dh"]._engine
+
+    def hold() -> None:
+        with engine.lock:
+            holding.set()
+            done.wait(60)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    holding.wait(10)
+    executor = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            future = executor.submit(ip.ns["dh"], 0.5)
+        try:
+            got = future.result(timeout=60)
+        except futures.TimeoutError:
+            for process in list(getattr(executor, "_processes", {}).values()):
+                process.kill()  # a deadlocked child must fail the test, not hang the run
+            raise
+    finally:
+        done.set()
+        thread.join()
+        executor.shutdown(wait=False, cancel_futures=True)
+    same_result(got, fresh_grad(ip, [0.5])[0])
