@@ -116,11 +116,11 @@ cells = [
     new_code_cell(
         "import ipyrefresh\n\n"
         "s = ipyrefresh.status()\n"
-        'print(f"{s[\'fresh\']} fresh, {s[\'stale\']} stale, {s[\'rebuilds\']} rebuilds")\n'
-        'print(f"{\'derivative\':<22} {\'state\':<6} {\'builds\':>6} {\'hits\':>5}  runs")\n'
+        "print(f\"{s['fresh']} fresh, {s['stale']} stale, {s['rebuilds']} rebuilds\")\n"
+        "print(f\"{'derivative':<22} {'state':<6} {'builds':>6} {'hits':>5}  runs\")\n"
         'for e in s["entries"]:\n'
         '    runs = ", ".join(e["runs"])\n'
-        '    print(f"{e[\'name\']:<22} {e[\'state\']:<6} {e[\'builds\']:>6} {e[\'hits\']:>5}  {runs}")'
+        "    print(f\"{e['name']:<22} {e['state']:<6} {e['builds']:>6} {e['hits']:>5}  {runs}\")"
     ),
 ]
 

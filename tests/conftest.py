@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,6 +52,15 @@ def engine() -> Iterator[Engine]:
     """A fresh engine, current for one test."""
     with using(Engine()) as fresh:
         yield fresh
+
+
+@pytest.fixture
+def modules(tmp_path: Path) -> Iterator[Any]:
+    """``modules(name, source)`` writes an importable module into tmp_path (each write with a
+    later mtime, for autoreload); sys.path and sys.modules are restored afterwards."""
+    from .scenario_helpers import module_writer
+
+    yield from module_writer(tmp_path)
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as onp
-import pytest
 
 from .conftest import Shell
 
@@ -103,9 +102,9 @@ def status_then_call(ip: Shell, handle: str, call: str, oracle: str, what: str =
     return want
 
 
-@pytest.fixture
-def modules(tmp_path: Path) -> Iterator[Any]:
-    """Write importable modules into tmp_path; sys.path and sys.modules are restored."""
+def module_writer(tmp_path: Path) -> Iterator[Any]:
+    """The ``modules`` fixture (conftest.py): write importable modules into tmp_path;
+    sys.path and sys.modules are restored."""
     written: list[str] = []
     sys.path.insert(0, str(tmp_path))
 

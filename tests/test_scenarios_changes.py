@@ -18,7 +18,6 @@ from .scenario_helpers import (
     PRELUDE,
     assert_same,
     check,
-    modules,  # noqa: F401  (fixture)
     rewrite,
     status_then_call,
 )
@@ -343,7 +342,7 @@ for step in range(3):
 
 
 @pytest.fixture
-def autoreload(nb: Shell, modules: Any) -> Iterator[Any]:  # noqa: F811
+def autoreload(nb: Shell, modules: Any) -> Iterator[Any]:
     nb.run("%load_ext autoreload\n%autoreload 2")
     try:
         yield modules

@@ -15,7 +15,6 @@ from .conftest import Shell
 from .scenario_helpers import (
     PRELUDE,
     check,
-    modules,  # noqa: F401  (fixture)
     states,
     status_then_call,
 )
@@ -166,7 +165,7 @@ def test_reset_with_a_handle_kept_outside_the_namespace(nb: Shell) -> None:
         nb.run("import sys\nsys.__dict__.pop('_scenario_handle', None)")
 
 
-def test_module_attribute_target(anynb: Shell, modules: Any) -> None:  # noqa: F811
+def test_module_attribute_target(anynb: Shell, modules: Any) -> None:
     modules("names_mod", "import autograd.numpy as np\ndef f(x):\n    return np.sin(x)\n")
     anynb.run("import names_mod\ndm = grad(names_mod.f)")
     check(anynb, "dm(0.5)", "autograd.grad(names_mod.f)(0.5)")
@@ -174,7 +173,7 @@ def test_module_attribute_target(anynb: Shell, modules: Any) -> None:  # noqa: F
     check(anynb, "dm(0.5)", "autograd.grad(names_mod.f)(0.5)", what="after names_mod.f = ...:")
 
 
-def test_from_import_as_alias(anynb: Shell, modules: Any) -> None:  # noqa: F811
+def test_from_import_as_alias(anynb: Shell, modules: Any) -> None:
     modules("names_mod2", "import autograd.numpy as np\ndef f(x):\n    return np.sin(x)\n")
     anynb.run("from names_mod2 import f as h\ndh = grad(h)")
     check(anynb, "dh(0.5)", "autograd.grad(h)(0.5)")

@@ -20,7 +20,6 @@ from .conftest import Shell
 from .scenario_helpers import (
     PRELUDE,
     check,
-    modules,  # noqa: F401  (fixture)
     states,
     status_then_call,
 )
@@ -1160,7 +1159,7 @@ def nb(request: pytest.FixtureRequest, bare_shell: Shell) -> Shell:
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_change_between_calls(nb: Shell, case: Case, modules) -> None:  # noqa: F811
+def test_change_between_calls(nb: Shell, case: Case, modules) -> None:
     _setup(nb, case, modules)
     check(nb, case.call, case.oracle, 2, "before the change:")
     nb.run(case.change)
@@ -1170,7 +1169,7 @@ def test_change_between_calls(nb: Shell, case: Case, modules) -> None:  # noqa: 
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_status_after_change(ip: Shell, case: Case, modules) -> None:  # noqa: F811
+def test_status_after_change(ip: Shell, case: Case, modules) -> None:
     ip.run(PRELUDE)
     _setup(ip, case, modules)
     check(ip, case.call, case.oracle, 2, "before the change:")

@@ -15,7 +15,6 @@ from .scenario_helpers import (
     PRELUDE,
     assert_same,
     check,
-    modules,  # noqa: F401  (fixture)
 )
 
 
@@ -649,7 +648,7 @@ def test_random_sequences_match_autograd(anynb: Shell, case: str) -> None:
     sequence(anynb, setup, call, n=6)
 
 
-def test_random_draws_through_import_module(anynb: Shell, modules: Any) -> None:  # noqa: F811
+def test_random_draws_through_import_module(anynb: Shell, modules: Any) -> None:
     modules(
         "noise_plugin",
         "import numpy\n_rng = numpy.random.RandomState(0)\ndef noise():\n    return _rng.randn()\n",

@@ -29,6 +29,11 @@ class Extension:
         self.config = IPyRefresh(parent=shell)
         self.magics = IPyRefreshMagics(shell, engine)
         self.extras: list[Any] = []  # things with a .close() (the front-end channel)
+        # The shell's count when the last cell started, and whether IPython counts a cell
+        # before pre_run_cell (9.x) or after it (8.x): learnt after each cell (the cell that
+        # loads the extension included), so the cells are numbered as the user sees them.
+        self._seen: int = getattr(shell, "execution_count", 0)
+        self._counted_first = True
 
     # -- lifecycle -----------------------------------------------------------------------
     def load(self) -> None:
@@ -74,8 +79,8 @@ class Extension:
     def pre_run_cell(self, info: Any) -> None:
         reset_if_idle()  # no build runs between cells: drop what a Ctrl-C left behind
         try:
-            count = self.shell.execution_count
-            if getattr(info, "store_history", False):
+            count = self._seen = self.shell.execution_count
+            if getattr(info, "store_history", False) and self._counted_first:
                 count -= 1  # IPython has counted this cell already
             cell_id = getattr(info, "cell_id", None)
             self.engine.cell = CellRef(count, cell_id if isinstance(cell_id, str) else None)
@@ -83,6 +88,10 @@ class Extension:
             self.engine.internal_error("numbering a cell", exc)
 
     def post_run_cell(self, result: Any) -> None:
+        number = getattr(result, "execution_count", None)
+        if isinstance(number, int) and getattr(result.info, "store_history", False):
+            # IPython 9 counts a cell before pre_run_cell, IPython 8 after it: learn which.
+            self._counted_first = self._seen == number + 1
         if self.config.mode != "eager":
             return
         try:
