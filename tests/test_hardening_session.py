@@ -168,6 +168,9 @@ def test_keyboard_interrupt_anywhere_in_a_rebuild(ip: Any) -> None:
         assert_consistent(engine)
         ip.run("pass")  # between cells no call recorder may be left switched on
         assert sys.getprofile() is None, n
+        if sys.version_info >= (3, 12):
+            mon = sys.monitoring  # type: ignore[attr-defined,unused-ignore]
+            assert "ipyrefresh" not in [mon.get_tool(t) for t in range(6)], n
         if not fired:
             break
         interrupted += 1

@@ -348,16 +348,19 @@ def compile_guard(
     env_lines = list(e.lines)
     for reader, node in args:
         e.emit(node, _read(e, reader), True)
-    n = next(_names)
+    # The same two names in every guard (each has a namespace of its own): compiled names
+    # are interned, and on Python 3.12+ interned strings live forever.
     source = (
-        f"def env_{n}(fn, args, kwargs, deep):\n"
+        "def env(fn, args, kwargs, deep):\n"
         + "\n".join(env_lines)
         + "\n    return None\n"
-        + f"def full_{n}(fn, args, kwargs, deep):\n"
+        + "def full(fn, args, kwargs, deep):\n"
         + "\n".join(e.lines)
         + "\n    return None\n"
     )
     exec(compile(source, GENERATED_FILE, "exec"), e.ns)
-    env_check, full_check = e.ns[f"env_{n}"], e.ns[f"full_{n}"]
+    env_check, full_check = e.ns["env"], e.ns["full"]
+    n = next(_names)
+    env_check.__qualname__, full_check.__qualname__ = f"env_{n}", f"full_{n}"
     full_check.source = source  # for reading it when debugging: guard._compiled()[1].source
     return env_check, full_check

@@ -309,11 +309,17 @@ class _Monitor:
                 log.note = "no free sys.monitoring tool id"
                 yield
                 return
-            mon.use_tool_id(tool, _TOOL_NAME)
-            mon.register_callback(tool, mon.events.PY_START, cls._start_callback(me))
-            mon.register_callback(tool, mon.events.CALL, cls._call_callback(me))
-            mon.set_events(tool, mon.events.PY_START | mon.events.CALL)
+            # (the tool is claimed before it is known here: a Ctrl-C in between leaves a
+            # tool by our name, which reset() finds by that name)
             cls.tool, cls.thread = tool, me
+            try:
+                mon.use_tool_id(tool, _TOOL_NAME)
+                mon.register_callback(tool, mon.events.PY_START, cls._start_callback(me))
+                mon.register_callback(tool, mon.events.CALL, cls._call_callback(me))
+                mon.set_events(tool, mon.events.PY_START | mon.events.CALL)
+            except BaseException:
+                cls.reset()
+                raise
         cls.depth += 1
         stack.append((log, boundary))
         try:
@@ -351,12 +357,15 @@ class _Monitor:
 
     @classmethod
     def reset(cls) -> None:
-        if sys.version_info < (3, 12) or cls.tool is None:
+        """Stop monitoring: every tool id registered by our name is freed (an interrupt can
+        land between claiming a tool and noting which one it is)."""
+        if sys.version_info < (3, 12):
             return
         mon = sys.monitoring  # type: ignore[attr-defined,unused-ignore]
-        tool, cls.tool, cls.thread, cls.depth = cls.tool, None, None, 0
-        if mon.get_tool(tool) == _TOOL_NAME:
-            mon.set_events(tool, 0)
-            mon.register_callback(tool, mon.events.PY_START, None)
-            mon.register_callback(tool, mon.events.CALL, None)
-            mon.free_tool_id(tool)
+        cls.tool, cls.thread, cls.depth = None, None, 0
+        for tool in range(6):
+            if mon.get_tool(tool) == _TOOL_NAME:
+                mon.set_events(tool, 0)
+                mon.register_callback(tool, mon.events.PY_START, None)
+                mon.register_callback(tool, mon.events.CALL, None)
+                mon.free_tool_id(tool)

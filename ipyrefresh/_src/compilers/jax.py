@@ -27,6 +27,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..code import is_user_code, unread_arguments
 from ..guard import Guard
@@ -153,6 +154,58 @@ def _referent(key: Any) -> Any:
     return None
 
 
+def _canonicalizer() -> Callable[[Any], Any] | None:
+    try:
+        from jax._src import dtypes
+    except ImportError:  # pragma: no cover - other jax versions
+        return None
+    found: Callable[[Any], Any] | None = getattr(dtypes, "canonicalize_value", None)
+    return found
+
+
+_CANONICALIZE = _canonicalizer()
+
+
+def sync_copies(arrays: list[Any]) -> bool:
+    """Make JAX's cached conversions of these numpy arrays equal to their contents now.
+
+    Without x64, JAX converts a float64 (int64, complex128) numpy array to a float32 copy
+    and keeps that copy in a cache keyed weakly on the array for as long as anything holds
+    the copy (a kept ``jax.make_jaxpr``, a ``jax.vjp`` function, an executable). After the
+    array changes in place, JAX's conversions — and so a fresh ``jax.grad`` — still use the
+    old copy. Each copy found out of date is rewritten in place with the current values
+    (what the copy stands for; with x64 on the same objects are views, and behave so).
+    Returns True if one was.
+    """
+    canonical = _CANONICALIZE
+    if canonical is None:
+        return False
+    stale = False
+    seen: set[int] = set()
+    for a in arrays:
+        if type(a) is not np.ndarray or id(a) in seen or a.size == 0:
+            continue
+        seen.add(id(a))
+        try:
+            copy = canonical(a)
+        except Exception:  # not something JAX converts: nothing cached for it
+            continue
+        if copy is a or not isinstance(copy, np.ndarray) or copy.dtype == a.dtype:
+            continue
+        if copy.shape != a.shape or np.shares_memory(copy, a):
+            continue
+        fresh = np.asarray(a, dtype=copy.dtype)
+        if fresh.tobytes() != copy.tobytes():
+            stale = True
+            if copy.flags.writeable:
+                copy[...] = fresh
+            else:  # pragma: no cover - a read-only copy: JAX will answer for the old data
+                raise RuntimeError(
+                    "JAX holds a read-only out-of-date copy of an array the function reads"
+                )
+    return stale
+
+
 def _config_guard() -> list[Any]:
     """Guards on the JAX settings a trace depends on (x64 turned on mid-notebook)."""
     out = []
@@ -263,6 +316,9 @@ class JaxCompiler:
             return JaxVariant(jitted, plan, guard)
 
         return Traced(result, compile_variant, detail="jax.jit compiled")
+
+    def sync(self, arrays: list[Any]) -> bool:
+        return sync_copies(arrays)
 
     def fallback(self, request: Request, guard: Guard, why: str) -> Variant:
         op = TRANSFORMS[request.transform]

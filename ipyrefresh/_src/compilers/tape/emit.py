@@ -346,11 +346,14 @@ class Emitter:
         plan = plan_backward(tape, self, order)
         body = self._backward(plan)
         self._wrap(body, plan)
-        name = f"replay_{next(_names)}"
-        source = f"def {name}(args, kwargs):\n" + "\n".join(self.lines) + "\n"
+        # One name for every replay (each has a namespace of its own): compiled names are
+        # interned, and on Python 3.12+ interned strings live forever.
+        source = "def replay(args, kwargs):\n" + "\n".join(self.lines) + "\n"
         exec(compile(source, GENERATED_FILE, "exec"), self.ns)
+        replay = self.ns["replay"]
+        replay.__qualname__ = f"replay_{next(_names)}"  # (told apart in profiles)
         direct = sum(1 for s in plan.steps if s.parts is not None)
-        return Compiled(self.ns[name], source, self.guards, len(plan.steps), direct)
+        return Compiled(replay, source, self.guards, len(plan.steps), direct)
 
     def _forward(self, needed: list[bool]) -> None:
         for e in self.tape.events:
