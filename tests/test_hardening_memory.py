@@ -17,7 +17,7 @@ import ipyrefresh
 from ipyrefresh._src import code
 from ipyrefresh._src.engine import current
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.memory]
 
 _PACKAGE = str(__import__("pathlib").Path(ipyrefresh.__file__).parent)
 

@@ -64,7 +64,6 @@ def run_build(
     request: Request,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    again: bool = False,
 ) -> Outcome:
     """See the module docstring."""
     if not compiler.needs_guard or _traced_elsewhere(args, kwargs):
@@ -72,8 +71,7 @@ def run_build(
         why = "" if not compiler.needs_guard else "called inside another autograd computation"
         variant = compiler.fallback(request, Guard(), why)
         return Outcome(traced.result, variant, BuildInfo(note=why), "built")
-    before, before_error, arrays = _walk(fn, label, request, args, kwargs, None)
-    compiler.sync(arrays)
+    before, before_error = _walk(fn, label, request, args, kwargs, None)
     rngs = [("numpy.random", _GLOBAL_RNG), ("random", _PY_RANDOM), *before.rngs]
     states = [_rng_state(g) for _, g in rngs]
     with record() as log:
@@ -87,9 +85,7 @@ def run_build(
         if changed is not None:
             effects.append(f"changes {changed.subject} while it runs")
     effects += _stores(log)
-    guard, unguardable, arrays = _walk(fn, label, request, args, kwargs, log)
-    if compiler.sync(arrays) and not again:  # it read a library copy the first sync missed
-        return run_build(compiler, fn, label, request, args, kwargs, again=True)
+    guard, unguardable = _walk(fn, label, request, args, kwargs, log)
     guard.add(rules_of(traced.primitives))
     known = {id(g) for _, g in rngs}
     late = [name for name, g in guard.rngs if id(g) not in known]
@@ -136,9 +132,8 @@ def _walk(
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     log: CallLog | None,
-) -> tuple[Guard, str, list[Any]]:
-    """The guard of everything ``fn`` reaches (and, with a log, everything that ran), and
-    the arrays among it."""
+) -> tuple[Guard, str]:
+    """The guard of everything ``fn`` reaches (and, with a log, everything that ran)."""
     guard = Guard()
     walker = Walker(guard)
     try:
@@ -155,11 +150,11 @@ def _walk(
             _dynamic(walker, log)
     except Unguardable as exc:
         guard.unguardable = str(exc)
-        return guard, str(exc), walker.arrays
+        return guard, str(exc)
     except RecursionError:
         guard.unguardable = "what it reads is nested too deeply to check"
-        return guard, guard.unguardable, walker.arrays
-    return guard, "", walker.arrays
+        return guard, guard.unguardable
+    return guard, ""
 
 
 def _unread(

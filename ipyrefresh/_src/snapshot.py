@@ -156,8 +156,6 @@ class Walker:
         self._rngs: set[int] = set()
         self._modules: set[int] = set()
         self._in_argument = False  # walking an argument: arrays compared by contents
-        #: The arrays met (for Compiler.sync; the walker lives only as long as the build).
-        self.arrays: list[np.ndarray] = []
         self._source: str | None = None  # the user function whose reads are being walked
         #: Code objects whose function was walked (with their nested code).
         self.covered: set[CodeType] = set()
@@ -316,7 +314,6 @@ class Walker:
             if value.dtype.hasobject:
                 raise Unguardable(f"{label} is an array of Python objects")
             parts.append(Array(label, value, identity=not self._in_argument))
-            self.arrays.append(value)
         elif t is bytearray or t is array.array:
             return Buffer(label, value)
         elif isinstance(value, (list, tuple, collections.deque)):

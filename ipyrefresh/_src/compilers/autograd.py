@@ -57,8 +57,5 @@ class AutogradCompiler:
     ) -> Traced:
         return Traced(reference(fn, request, args, kwargs), unsupported="plain autograd")
 
-    def sync(self, arrays: list[Any]) -> bool:
-        return False  # autograd reads numpy arrays themselves, never a copy
-
     def fallback(self, request: Request, guard: Guard, why: str) -> Variant:
         return PythonVariant(plain(request), guard, why, "plain autograd")

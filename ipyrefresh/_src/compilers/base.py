@@ -104,12 +104,6 @@ class Compiler(Protocol):
 
     def fallback(self, request: Request, guard: Guard, why: str) -> Variant: ...
 
-    def sync(self, arrays: list[Any]) -> bool:
-        """Bring the library's own copies of these arrays (the ones the function reaches) up
-        to date before a trace; True if one was out of date (a trace that ran must run
-        again)."""
-        ...
-
 
 class PythonVariant:
     """A variant that runs the user's code on every call: always current, never fast."""

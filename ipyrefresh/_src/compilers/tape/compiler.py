@@ -100,8 +100,5 @@ class TapeCompiler:
 
         return Traced(result, compile_variant, tape.unsupported, prims)
 
-    def sync(self, arrays: list[Any]) -> bool:
-        return False  # autograd reads numpy arrays themselves, never a copy
-
     def fallback(self, request: Request, guard: Guard, why: str) -> Variant:
         return PythonVariant(plain(request), guard, why, "plain autograd")
