@@ -29,7 +29,7 @@ from ._src.handles import Derivative
 from ._src.keys import Transform
 
 if "jax" not in compilers.available():  # pragma: no cover - depends on the environment
-    raise ImportError("ipyrefresh.jax needs jax: pip install ipyrefresh[jax]")
+    raise ImportError(f"ipyrefresh.jax {compilers.UNAVAILABLE.get('jax', 'needs jax')}")
 
 __all__ = ["elementwise_grad", "grad", "hessian", "jacobian", "jit", "value_and_grad"]
 

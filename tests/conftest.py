@@ -47,6 +47,18 @@ class Shell:
         return self.shell.execution_count
 
 
+def require_jax(module_level: bool = False) -> Any:
+    """jax, or skip with the reason the JAX backend is unavailable here (no jax installed,
+    or a release outside the tested range: ./dev installs the right one on Python 3.11+)."""
+    from ipyrefresh._src import compilers
+
+    if "jax" not in compilers.available():
+        pytest.skip(compilers.UNAVAILABLE.get("jax", "needs jax"), allow_module_level=module_level)
+    import jax
+
+    return jax
+
+
 @pytest.fixture
 def engine() -> Iterator[Engine]:
     """A fresh engine, current for one test."""

@@ -30,7 +30,7 @@ import ipyrefresh
 from ipyrefresh._src.engine import Engine
 from ipyrefresh._src.targets import FixedTarget
 
-from .conftest import Shell
+from .conftest import Shell, require_jax
 from .oracle import same_result
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # no accelerator probing, here or in workers
@@ -51,7 +51,6 @@ def h(x): return 2 * g(x) * a[0] + a[1] * x ** 2
 dh = grad(h)
 """
 XS = [0.0, 0.5, 1.0, 1.5]
-NO_JAX = "the JAX backend needs jax: pip install ipyrefresh[jax]"
 
 
 def module_loss(x: Any) -> Any:
@@ -214,7 +213,7 @@ def test_a_pinned_handle_keeps_its_code_while_tasks_are_queued(ip: Shell, pools:
 
 
 def test_a_jax_handle_through_a_spawned_pool(ip: Shell, pools: Any) -> None:
-    jax = pytest.importorskip("jax", reason=NO_JAX)
+    jax = require_jax()
     ip.run(
         "import jax.numpy as jnp\nimport ipyrefresh.jax as rj\n"
         "def g(x): return jnp.sin(x) * 3.0\n"
@@ -267,7 +266,7 @@ def test_options_argnum_and_backend_travel(ip: Shell) -> None:
     sent = pickle.loads(pickle.dumps(ip.ns["df"]))
     assert (sent.argnum, sent.backend) == ((0, 1), "autograd")
     assert sent.transform is ip.ns["df"].transform
-    jax = pytest.importorskip("jax", reason=NO_JAX)
+    jax = require_jax()
     ip.run(
         "import jax.numpy as jnp\nimport ipyrefresh.jax as rj\n"
         "def step(x, n): return x * n\nfast = rj.jit(step, static_argnums=1)"

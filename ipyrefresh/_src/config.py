@@ -47,8 +47,8 @@ class IPyRefresh(Configurable):
     @validate("backend")
     def _check_backend(self, proposal: dict[str, Any]) -> str:
         value = str(proposal["value"]).lower()
-        if value == "jax" and "jax" not in compilers.available():
-            raise TraitError("backend 'jax' needs jax: pip install ipyrefresh[jax]")
+        if value in compilers.UNAVAILABLE:
+            raise TraitError(f"the {value!r} backend {compilers.UNAVAILABLE[value]}")
         if value not in compilers.available():
             known = ", ".join(repr(c) for c in compilers.available())
             raise TraitError(f"unknown backend {value!r}; choose one of {known}")
