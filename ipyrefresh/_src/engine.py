@@ -196,7 +196,9 @@ class Engine:
                 self._notify()
             raise
         self._install(entry, outcome, stale, why)
-        entry.keep_example(_retain(args, kwargs, self.config.retain_example_bytes))
+        donates = any(name == "donate_argnums" and n for name, n in entry.key.options)
+        budget = 0 if donates else self.config.retain_example_bytes
+        entry.keep_example(_retain(args, kwargs, budget))
         target = entry.target
         if target.follows:
             try:
@@ -448,11 +450,11 @@ def _small_copy(value: Any, budget: list[int]) -> Any:
         if budget[0] < 0 or value.dtype.hasobject:
             raise ValueError
         return value.copy()
-    if is_jax_array_type(t) and t.__name__ == "ArrayImpl":  # a concrete jax Array: immutable
+    if is_jax_array_type(t) and t.__name__ == "ArrayImpl":  # a concrete jax Array
         budget[0] -= value.nbytes
-        if budget[0] < 0:
+        if budget[0] < 0 or value.is_deleted():  # (donated to a jax.jit: gone)
             raise ValueError
-        return value
+        return value  # immutable (entries that donate their arguments keep no example)
     if t in (tuple, list):
         return t(_small_copy(v, budget) for v in value)
     if t is dict:

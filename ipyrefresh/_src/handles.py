@@ -11,6 +11,7 @@ Python, in threads and in widget callbacks alike.
 from __future__ import annotations
 
 import sys
+import warnings
 import weakref
 from types import FrameType
 from typing import Any
@@ -26,6 +27,13 @@ from .targets import FixedTarget, Target, label_of, target_for
 _MAX_HANDLE_ENTRIES = 64
 
 
+def _traced_by_jax(args: tuple[Any, ...]) -> bool:
+    """An argument is a tracer of a JAX transformation the user applied around the call."""
+    jax = sys.modules.get("jax")
+    tracer = getattr(getattr(jax, "core", None), "Tracer", None)
+    return tracer is not None and any(isinstance(a, tracer) for a in args)
+
+
 class Derivative:
     """A callable derivative that answers what a fresh computation of the current code
     and data would (autograd's, or JAX's for the "jax" backend)."""
@@ -36,6 +44,7 @@ class Derivative:
         "_entries",
         "_fun",
         "_hot",
+        "_told_traced",
         "argnum",
         "backend",
         "options",
@@ -70,10 +79,21 @@ class Derivative:
         self._entries: dict[tuple[str, Signature], Entry] = {}
         #: The last entry and variant that answered, tried first (see ``_remember``).
         self._hot: tuple[Entry, Variant] | None = None
+        self._told_traced = False  # warned that the user's own jax.jit traces this handle
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         fn = self.target.resolve()
         backend = self.backend or self._engine.config.backend
+        if backend == "jax" and not self._told_traced and _traced_by_jax(args):
+            self._told_traced = True
+            warnings.warn(
+                f"{self!r} is traced by a JAX transformation of yours (jax.jit, jax.vmap): "
+                "that trace keeps this derivative's answer for the code of this moment, as "
+                "it would keep jax.grad's. Make the outer function an rj.jit to have it "
+                "follow later changes too.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         hot = self._hot
         if hot is not None:
             # The last variant that answered: its guard checks the arguments too, so a

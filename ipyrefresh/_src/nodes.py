@@ -610,6 +610,25 @@ def part(obj: Any, attr: str) -> Any:
     return _part(obj, attr)
 
 
+class Jitted(Node):
+    """A ``jax.jit``-wrapped function: this very object (its options and compiled code are
+    its own), and the function it wraps, whose code and reads the next trace runs."""
+
+    __slots__ = ("ident", "wrapped")
+
+    def __init__(self, label: str, obj: Any, wrapped: Node) -> None:
+        super().__init__(label)
+        self.ident = Identity(label, obj)
+        self.wrapped = wrapped
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        bad = self.ident.check(value, deep)
+        if bad is not None:
+            return bad
+        inner = object.__getattribute__(value, "__dict__").get("__wrapped__", MISSING)
+        return self.wrapped.check(inner, deep)
+
+
 class Method(Wrapped):
     """A bound method (``model.loss``): the function and the object it is bound to."""
 

@@ -55,6 +55,7 @@ from .nodes import (
     Function,
     Identity,
     Instance,
+    Jitted,
     Like,
     Map,
     Method,
@@ -292,6 +293,9 @@ class Walker:
             return BoundBuiltin(label, value, self.walk(owner, f"{label}.__self__"))
         if t in _IDENTITY_TYPES:
             return Identity(label, value)
+        if _is_jax_jitted(t):
+            inner = object.__getattribute__(value, "__dict__").get("__wrapped__", MISSING)
+            return Jitted(label, value, self.walk(inner, f"{label}.__wrapped__"))
         if _is_ours(t):
             return self._ours(value, label)
         if isinstance(value, Box):
@@ -651,6 +655,12 @@ class _ProxyOf(Node):
 
 def _is_iterator(t: type) -> bool:
     return any("__next__" in type.__dict__["__dict__"].__get__(c) for c in t.__mro__[:-1])
+
+
+def _is_jax_jitted(t: type) -> bool:
+    """``jax.jit``'s function type (jaxlib's C++ ``PjitFunction``)."""
+    module = type.__dict__["__dict__"].__get__(t).get("__module__")
+    return t.__name__ == "PjitFunction" and type(module) is str and module.startswith("jaxlib")
 
 
 def _is_ours(t: type) -> bool:

@@ -20,27 +20,23 @@ This module imports jax; it is imported only when the "jax" compiler is first us
 from __future__ import annotations
 
 import functools
-import weakref
+import itertools
+import threading
 from collections.abc import Callable
-from types import BuiltinFunctionType, FunctionType
+from types import FunctionType
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..code import is_user_code, unread_arguments
+from ..code import unread_arguments
 from ..guard import Guard
 from ..keys import Transform
 from ..nodes import Scalar
 from ..readers import FixedReader
 from .base import Miss, PythonVariant, Request, Traced, Variant
 
-#: JAX caches that hold compiled executables, lowerings or device facts. They are keyed
-#: on traced programs, not on Python functions, so they never answer for old code.
-_KEEP = ("xla_primitive_callable", "compil", "lower", "hlo", "device", "backend", "sharding")
-#: Referents of weakly keyed JAX cache entries that are traced programs, not Python code.
-_PROGRAM_TYPES = frozenset({"ClosedJaxpr", "Jaxpr", "Module", "Primitive"})
 _STATIC_TYPES = (int, float, complex, bool, str, bytes, type(None))
 #: JAX settings that change what a trace computes.
 _CONFIG = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_rank_promotion")
@@ -90,120 +86,32 @@ def _is_static(x: Any) -> bool:
     return (t is tuple) and all(map(_is_static, x))
 
 
-def _library_only(obj: Any, depth: int = 0) -> bool:
-    """True if ``obj`` is library code that reaches no user code (by type checks only)."""
-    t = type(obj)
-    if t is FunctionType:
-        if is_user_code(obj.__code__) or depth > 3:
-            return False
-        for cell in obj.__closure__ or ():
-            try:
-                value = cell.cell_contents
-            except ValueError:
-                continue
-            if callable(value) and not _library_only(value, depth + 1):
-                return False
-        wrapped = obj.__dict__.get("__wrapped__")
-        return wrapped is None or _library_only(wrapped, depth + 1)
-    if t is BuiltinFunctionType or t.__name__ in _PROGRAM_TYPES:
-        return True
-    if t is functools.partial:
-        return _library_only(obj.func, depth + 1) and not any(
-            callable(a) for a in (*obj.args, *obj.keywords.values())
-        )
-    return False  # anything else might wrap user code: treat it as user code
-
-
-def clear_user_traces() -> None:
-    """Drop JAX's cached traces of user code; keep everything else.
-
-    ``jax.jit``-wrapped callees and ``lax.scan`` bodies are traced once and cached by JAX
-    on the function object: a cached trace runs no Python (no recorder would see what it
-    calls) and holds the values it read then. Before a build, every weakly keyed cache
-    entry whose key is (or wraps) user code is evicted; traces of library functions and
-    compiled executables stay. On JAX versions without these internals, everything goes.
-    """
-    try:
-        from jax._src import util
-
-        caches = list(util._caches.items())
-    except (ImportError, AttributeError):  # pragma: no cover - other jax versions
-        clear_all: Callable[[], None] = jax.clear_caches  # (untyped in some jax versions)
-        clear_all()
-        return
-    for cache, name in caches:
-        if any(k in name for k in _KEEP):
-            continue
-        evict = getattr(cache, "evict_weakref", None)
-        keys = getattr(cache, "cache_keys", None)
-        if evict is None or keys is None:
-            cache.cache_clear()
-            continue
-        try:
-            referents = {id(r): r for r in (_referent(k) for k in keys()) if r is not None}
-            for r in referents.values():
-                if not _library_only(r):
-                    evict(r)
-        except Exception:  # pragma: no cover - a cache of another shape: start it afresh
-            cache.cache_clear()
-
-
-def _referent(key: Any) -> Any:
-    if type(key) is tuple and key and type(key[0]) is weakref.ReferenceType:
-        return key[0]()
-    return None
-
-
-def _canonicalizer() -> Callable[[Any], Any] | None:
-    try:
-        from jax._src import dtypes
-    except ImportError:  # pragma: no cover - other jax versions
-        return None
-    found: Callable[[Any], Any] | None = getattr(dtypes, "canonicalize_value", None)
-    return found
-
-
-_CANONICALIZE = _canonicalizer()
-
-
-def sync_copies(arrays: list[Any]) -> bool:
-    """Make JAX's cached conversions of these numpy arrays equal to their contents now.
+def _convert_without_cache() -> None:
+    """Make JAX convert numpy arrays afresh each time, as it does in a fresh process.
 
     Without x64, JAX converts a float64 (int64, complex128) numpy array to a float32 copy
     and keeps that copy in a cache keyed weakly on the array for as long as anything holds
-    the copy (a kept ``jax.make_jaxpr``, a ``jax.vjp`` function, an executable). After the
-    array changes in place, JAX's conversions — and so a fresh ``jax.grad`` — still use the
-    old copy. Each copy found out of date is rewritten in place with the current values
-    (what the copy stands for; with x64 on the same objects are views, and behave so).
-    Returns True if one was.
+    the copy — a kept ``jax.make_jaxpr``, a ``jax.vjp`` function, and every executable
+    that baked the array in, ipyrefresh's own included. After the array changes in place,
+    JAX's conversions (``jnp.asarray(w)``, ``w * x``, a fresh ``jax.grad``) still give the
+    old values. The same conversion is installed for ``np.ndarray`` without the cache,
+    when the "jax" compiler is first used: JAX then reads an array's contents as they are
+    now, as it would in a process that holds no copy.
     """
-    canonical = _CANONICALIZE
-    if canonical is None:
-        return False
-    stale = False
-    seen: set[int] = set()
-    for a in arrays:
-        if type(a) is not np.ndarray or id(a) in seen or a.size == 0:
-            continue
-        seen.add(id(a))
-        try:
-            copy = canonical(a)
-        except Exception:  # not something JAX converts: nothing cached for it
-            continue
-        if copy is a or not isinstance(copy, np.ndarray) or copy.dtype == a.dtype:
-            continue
-        if copy.shape != a.shape or np.shares_memory(copy, a):
-            continue
-        fresh = np.asarray(a, dtype=copy.dtype)
-        if fresh.tobytes() != copy.tobytes():
-            stale = True
-            if copy.flags.writeable:
-                copy[...] = fresh
-            else:  # pragma: no cover - a read-only copy: JAX will answer for the old data
-                raise RuntimeError(
-                    "JAX holds a read-only out-of-date copy of an array the function reads"
-                )
-    return stale
+    try:
+        from jax._src import dtypes, literals
+    except ImportError:  # pragma: no cover - other jax versions
+        return
+    register = getattr(dtypes, "register_canonicalize_value_handler", None)
+    typed = getattr(literals, "TypedNdArray", None)
+    if register is None or typed is None:  # pragma: no cover - JAX before the cache
+        return
+    canonical_dtype = dtypes.canonicalize_dtype
+
+    def convert(x: np.ndarray) -> Any:
+        return typed(np.asarray(x, canonical_dtype(x.dtype)))
+
+    register(np.ndarray, convert)
 
 
 def _config_guard() -> list[Any]:
@@ -216,6 +124,31 @@ def _config_guard() -> list[Any]:
         reader = FixedReader(functools.partial(getattr, jax.config, name))
         out.append((reader, Scalar(f"jax.config.{name}", value)))
     return out
+
+
+class _Context:
+    """``with`` it: JAX's caches are keyed on this build's own value (see JaxCompiler)."""
+
+    __slots__ = ("_enter", "value")
+
+    def __init__(self, user_context: Callable[[Any], Any], value: Any) -> None:
+        self._enter = user_context
+        self.value = value
+
+    def __enter__(self) -> None:
+        _local.stack.append(self._enter(self.value))
+        _local.stack[-1].__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        _local.stack.pop().__exit__(*exc)
+
+
+class _Stack(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[Any] = []
+
+
+_local = _Stack()
 
 
 class _Retrace(Exception):
@@ -233,15 +166,19 @@ class JaxVariant:
     replays_python = False
     any_shapes = True
 
-    def __init__(self, jitted: Any, plan: _Plan, guard: Guard) -> None:
+    def __init__(self, jitted: Any, plan: _Plan, guard: Guard, context: Any) -> None:
         self._jitted = jitted
+        self._context = context
         self._plan = plan
         self.guard = guard
         self.note = ""
 
     def run(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not self._plan.fits(args, kwargs):
+            return Miss("the call's arguments split into static and traced ones otherwise")
         try:
-            return self._jitted(*self._plan.pass_args(args), **kwargs)
+            with self._context:
+                return self._jitted(*self._plan.pass_args(args), **kwargs)
         except _Retrace:
             return Miss("jax.jit would trace again (new static arguments or types)")
 
@@ -249,20 +186,82 @@ class JaxVariant:
         return "jax.jit"
 
 
+def _faithful(x: Any) -> bool:
+    """Whether ``jax.jit`` passes ``x`` into the trace with the values an unjitted
+    ``jax.grad`` computes with: JAX arrays, and numpy arrays and scalars of a dtype JAX
+    keeps. Python numbers inside containers and float64 numpy values without x64 become
+    float32 at jit's boundary, where unjitted code first computes with them in Python."""
+    from jax._src import dtypes
+
+    for leaf in jax.tree_util.tree_leaves(x):
+        if isinstance(leaf, jax.Array):
+            continue
+        kept = isinstance(leaf, (np.ndarray, np.generic)) and not leaf.dtype.hasobject
+        if not (kept and dtypes.canonicalize_dtype(leaf.dtype) == leaf.dtype):
+            return False
+    return True
+
+
 class _Plan:
-    """Which arguments go into the jitted function, and which of them are static."""
+    """Which arguments go into the jitted function, and which of them are static.
+
+    For the derivative handles (``handles=True``) the split follows what an unjitted JAX
+    transform sees: Python scalars (and tuples of them) are static, positional or keyword;
+    the rest is traced, and :meth:`fits` tells whether a later call splits the same way.
+    """
 
     def __init__(
         self,
         args: tuple[Any, ...],
+        kwargs: dict[str, Any],
         diff: tuple[int, ...],
         unread: frozenset[int],
-        static: tuple[int, ...] | None,
+        options: dict[str, Any],
+        handles: bool,
     ) -> None:
+        self.count = len(args)
         self.unread = tuple(i for i in range(len(args)) if i in unread and i not in diff)
-        if static is None:  # the handles: Python scalars are static, as jax.grad sees them
+        self.handles = handles
+        static: tuple[int, ...] | None = options.get("static_argnums")
+        names: tuple[str, ...] | None = options.get("static_argnames")
+        if handles:
             static = tuple(i for i, a in enumerate(args) if i not in diff and _is_static(a))
-        self.static = tuple(i for i in static if i not in self.unread)
+            names = tuple(sorted(k for k, v in kwargs.items() if _is_static(v)))
+        self.static = tuple(i for i in (static or ()) if i not in self.unread)
+        self.static_names = names
+        self.keywords = tuple(sorted(kwargs))
+        self.diff = diff
+
+    def unfaithful(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """Which traced argument jit would pass with other values than unjitted JAX
+        computes with ("" if none; only for the handles)."""
+        if not self.handles:
+            return ""
+        for i, a in enumerate(args):
+            skip = i in self.diff or i in self.static or i in self.unread
+            if not skip and not _faithful(a):
+                return f"argument {i}"
+        for k, v in kwargs.items():
+            if k not in (self.static_names or ()) and not _faithful(v):
+                return f"argument {k!r}"
+        return ""
+
+    def fits(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether this call splits into static and traced arguments as the traced one."""
+        if not self.handles:
+            return True
+        if len(args) != self.count or tuple(sorted(kwargs)) != self.keywords:
+            return False
+        for i, a in enumerate(args):
+            if i in self.diff or i in self.unread:
+                continue
+            if (i in self.static) != _is_static(a) or (i not in self.static and not _faithful(a)):
+                return False
+        names = self.static_names or ()
+        for k, v in kwargs.items():
+            if (k in names) != _is_static(v) or (k not in names and not _faithful(v)):
+                return False
+        return True
 
     def pass_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         if not self.unread:
@@ -276,6 +275,19 @@ class JaxCompiler:
     name = "jax"
     needs_guard = True
 
+    def __init__(self) -> None:
+        _convert_without_cache()
+        #: Every build traces under a context value of its own, part of the keys of JAX's
+        #: trace, lowering and compile caches: the build's traces run the current Python
+        #: code (jitted callees and scan bodies included, which JAX would otherwise answer
+        #: from traces cached earlier), and the user's own cached traces stay untouched.
+        make: Callable[[Any], Callable[[Any], Any]] = jax.make_user_context
+        self._user_context = make(None)
+        self._builds = itertools.count(1)
+
+    def _context(self) -> _Context:
+        return _Context(self._user_context, ("ipyrefresh build", next(self._builds)))
+
     def trace(
         self, fn: Any, request: Request, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Traced:
@@ -286,45 +298,56 @@ class JaxCompiler:
         options = request.options
         if request.transform is Transform.JIT:
             unread = frozenset()  # jax.jit traces every argument: nothing to drop
-        plan = _Plan(args, diff, unread, options.get("static_argnums"))
-        traced = op(fn, request.argnum) if request.transform is not Transform.JIT else fn
+        handles = request.transform is not Transform.JIT
+        plan = _Plan(args, kwargs, diff, unread, options, handles)
+        unfaithful = plan.unfaithful(args, kwargs)
+        context = self._context()
+        if unfaithful:
+            why = f"{unfaithful} would reach jax.jit with other values than jax.grad sees"
+            with context:
+                return Traced(reference(fn, request, args, kwargs), unsupported=why)
+        traced = op(fn, request.argnum) if handles else fn
         built = [False]
+        holder = [traced]  # emptied after the trace: the variant must not keep fn alive
 
         def once(*a: Any, **k: Any) -> Any:
             if built[0]:
                 raise _Retrace
-            return traced(*a, **k)
+            return holder[0](*a, **k)
 
-        clear_user_traces()  # the trace must run the current Python code
         jitted = jax.jit(
             once,
             static_argnums=plan.static,
-            static_argnames=options.get("static_argnames"),
+            static_argnames=plan.static_names,
             donate_argnums=options.get("donate_argnums", ()),
         )
         try:
-            result = jitted(*plan.pass_args(args), **kwargs)
+            with context:
+                result = jitted(*plan.pass_args(args), **kwargs)
         except NEEDS_CONCRETE as exc:
+            if not handles:  # rj.jit rejects what jax.jit rejects
+                raise
             why = f"needs concrete values under jax.jit ({type(exc).__name__})"
-            return Traced(reference(fn, request, args, kwargs), unsupported=why)
+            with context:
+                return Traced(reference(fn, request, args, kwargs), unsupported=why)
         finally:
             built[0] = True
+            holder.clear()
 
         def compile_variant(guard: Guard) -> Variant:
             guard.args = []  # jax.jit takes any values of the traced arguments itself
             guard.add(_config_guard())
-            return JaxVariant(jitted, plan, guard)
+            return JaxVariant(jitted, plan, guard, context)
 
         return Traced(result, compile_variant, detail="jax.jit compiled")
-
-    def sync(self, arrays: list[Any]) -> bool:
-        return sync_copies(arrays)
 
     def fallback(self, request: Request, guard: Guard, why: str) -> Variant:
         op = TRANSFORMS[request.transform]
         argnum = request.argnum
+        context = self._context()  # (fresh traces of jitted callees, kept while the guard holds)
 
         def run(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            return op(fn, argnum)(*args, **kwargs)
+            with context:
+                return op(fn, argnum)(*args, **kwargs)
 
         return PythonVariant(run, guard, why, "unjitted JAX")
