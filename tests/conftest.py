@@ -60,6 +60,18 @@ def require_jax(module_level: bool = False) -> Any:
 
 
 @pytest.fixture
+def compiles() -> Iterator[Any]:
+    """Counts XLA compilations while the test runs (JAX tests only)."""
+    from .jax_support import CompileCounter
+
+    counter = CompileCounter()
+    try:
+        yield counter
+    finally:
+        counter.close()
+
+
+@pytest.fixture
 def engine() -> Iterator[Engine]:
     """A fresh engine, current for one test."""
     with using(Engine()) as fresh:

@@ -38,6 +38,7 @@ from ipyrefresh._src.engine import Engine, current  # noqa: E402
 from ipyrefresh._src.guard import Guard  # noqa: E402
 
 from .conftest import Shell  # noqa: E402
+from .jax_support import CompileCounter  # noqa: E402
 from .notebook_model import N_DATA, N_FUNCS, NotebookModel  # noqa: E402
 
 JAX_IMPORTS = (
@@ -65,34 +66,6 @@ def x64() -> Iterator[None]:
         yield
     finally:
         jax.config.update("jax_enable_x64", old)
-
-
-class CompileCounter:
-    """Counts XLA backend compilations through JAX's own monitoring events."""
-
-    EVENT = "/jax/core/compile/backend_compile_duration"
-
-    def __init__(self) -> None:
-        self.count = 0
-        jax.monitoring.register_event_duration_secs_listener(self._listen)
-
-    def _listen(self, event: str, duration: float, **kwargs: Any) -> None:
-        if event == self.EVENT:
-            self.count += 1
-
-    def close(self) -> None:
-        from jax._src import monitoring
-
-        monitoring.unregister_event_duration_listener(self._listen)
-
-
-@pytest.fixture
-def compiles() -> Iterator[CompileCounter]:
-    counter = CompileCounter()
-    try:
-        yield counter
-    finally:
-        counter.close()
 
 
 def entry(name: str) -> dict[str, Any]:

@@ -36,6 +36,7 @@ jax = require_jax(module_level=True)
 import ipyrefresh  # noqa: E402
 
 from .conftest import Shell  # noqa: E402
+from .jax_support import CompileCounter  # noqa: E402
 
 PRELUDE_PLAIN = "import functools, jax, jax.numpy as jnp, numpy as onp\nfrom jax import lax\n"
 PRELUDE = PRELUDE_PLAIN + "import ipyrefresh, ipyrefresh.jax as rj\n"
@@ -59,34 +60,6 @@ def keep_x64() -> Iterator[None]:
         yield
     finally:
         jax.config.update("jax_enable_x64", old)
-
-
-class CompileCounter:
-    """Counts XLA backend compilations through JAX's own monitoring events."""
-
-    EVENT = "/jax/core/compile/backend_compile_duration"
-
-    def __init__(self) -> None:
-        self.count = 0
-        jax.monitoring.register_event_duration_secs_listener(self._listen)
-
-    def _listen(self, event: str, duration: float, **kwargs: Any) -> None:
-        if event == self.EVENT:
-            self.count += 1
-
-    def close(self) -> None:
-        from jax._src import monitoring
-
-        monitoring.unregister_event_duration_listener(self._listen)
-
-
-@pytest.fixture
-def compiles() -> Iterator[CompileCounter]:
-    counter = CompileCounter()
-    try:
-        yield counter
-    finally:
-        counter.close()
 
 
 # -- comparing ----------------------------------------------------------------------------
