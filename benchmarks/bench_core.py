@@ -37,7 +37,7 @@ from typing import Any
 
 import autograd
 from IPython.core.interactiveshell import InteractiveShell
-from timing import Report, arguments, best, fmt, now, parse, same_bits
+from timing import Report, Timed, arguments, best, fmt, now, parse, same_bits
 
 from ipyrefresh._src.engine import Engine, using
 from ipyrefresh.ipython.extension import current_extension
@@ -105,21 +105,6 @@ def fresh_shell() -> InteractiveShell:
     unload(shell)
     shell.reset(new_session=False)
     return shell
-
-
-class Timed:
-    """Wraps one of the extension's per-cell callables; adds its time to ``clock``."""
-
-    def __init__(self, fn: Callable[..., Any], clock: list[float]) -> None:
-        self.fn = fn
-        self.clock = clock
-
-    def __call__(self, *args: Any) -> Any:
-        t = now()
-        try:
-            return self.fn(*args)
-        finally:
-            self.clock[0] += now() - t
 
 
 def wrap_hooks(shell: InteractiveShell, clock: list[float]) -> Callable[[], None]:

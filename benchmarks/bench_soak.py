@@ -46,7 +46,6 @@ import statistics
 import subprocess
 import sys
 import tracemalloc
-from collections.abc import Callable
 from pathlib import Path
 from types import FunctionType
 from typing import Any
@@ -54,7 +53,7 @@ from typing import Any
 import autograd
 import numpy as onp
 from IPython.core.interactiveshell import InteractiveShell
-from timing import Report, arguments, fmt, now, parse, same_bits
+from timing import Report, Timed, arguments, fmt, now, parse, same_bits
 
 import ipyrefresh
 from ipyrefresh._src import code as codefacts
@@ -121,21 +120,6 @@ def held_by_ipyrefresh() -> int:
     package = str(Path(ipyrefresh.__file__).parent)
     snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, f"{package}/*")])
     return sum(stat.size for stat in snap.statistics("filename"))
-
-
-class Timed:
-    """Wraps a hook; adds its time to the running per-cell total."""
-
-    def __init__(self, fn: Callable[..., Any], clock: list[float]) -> None:
-        self.fn = fn
-        self.clock = clock
-
-    def __call__(self, *args: Any) -> Any:
-        t = now()
-        try:
-            return self.fn(*args)
-        finally:
-            self.clock[0] += now() - t
 
 
 def instrument(shell: Any, clock: list[float]) -> int:
