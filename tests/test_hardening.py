@@ -311,3 +311,34 @@ def test_a_function_that_rebinds_its_own_name_while_differentiated(ip: Any) -> N
     assert ip.ns["first"] == 4.0  # this call ran the old h, as autograd's would
     ip.run("second = dh(2.0)")
     assert ip.ns["second"] == 12.0 == fresh(ip, "h", 2.0)
+
+
+def test_garbage_collection_callbacks_are_not_the_functions_effects(engine: Any) -> None:
+    """Dask's distributed times every garbage collection with the clock (gc.callbacks). A
+    collection that starts inside a build runs those callbacks in the build's thread: they
+    must not make the derivative 'read the clock' and fall back to plain autograd."""
+    import gc
+    import time
+
+    import autograd
+    import autograd.numpy as anp
+
+    from ipyrefresh import grad
+
+    def timed(phase: str, info: dict[str, Any]) -> None:
+        time.perf_counter()
+
+    def f(x: Any) -> Any:
+        junk = [[i] for i in range(5000)]  # enough allocations for collections to start
+        return anp.sum(anp.sin(x) ** 2) + 0.0 * len(junk)
+
+    gc.callbacks.append(timed)
+    try:
+        df = grad(f)
+        for _ in range(3):
+            x = anp.array([0.3, -1.2, 2.0])
+            assert (df(x) == autograd.grad(f)(x)).all()
+        (entry,) = df.entries
+        assert entry.info.note == ""  # compiled: no effect was recorded
+    finally:
+        gc.callbacks.remove(timed)

@@ -330,3 +330,53 @@ def test_kernel_restart() -> None:
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+def test_threads_racing_to_a_variants_first_compiled_call(engine: Any) -> None:
+    """A variant generates its replay at its second call; threads that reach that call at
+    once must all get the answer (one generates, the others wait for it)."""
+    import autograd
+    import autograd.numpy as anp
+
+    from ipyrefresh import grad
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch every few bytecodes: the race shows
+    try:
+        _race_first_compiled_calls(anp, autograd, grad)
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def _race_first_compiled_calls(anp: Any, autograd: Any, grad: Any) -> None:
+    for k in range(40):
+
+        def f(x: Any, k: int = k) -> Any:
+            return anp.sum(anp.tanh(x * (k + 1.0)) ** 2)
+
+        df = grad(f)
+        x = anp.array([0.1, -0.4, 0.9])
+        df(x)  # the build: autograd's answer, the tape kept for the next call
+        barrier = threading.Barrier(4)
+        answers: list[Any] = []
+        errors: list[BaseException] = []
+
+        def call(
+            df: Any, barrier: threading.Barrier, answers: list[Any], errors: list[BaseException]
+        ) -> None:
+            try:
+                barrier.wait()
+                answers.append(df(anp.array([0.1, -0.4, 0.9])))
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [
+            threading.Thread(target=call, args=(df, barrier, answers, errors)) for _ in range(4)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert not errors, errors
+        want = autograd.grad(f)(x)
+        assert len(answers) == 4 and all((a == want).all() for a in answers)

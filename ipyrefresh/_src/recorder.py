@@ -13,6 +13,8 @@ the same time. Only the thread that builds is recorded.
 from __future__ import annotations
 
 import builtins
+import contextlib
+import gc
 import importlib
 import io
 import os
@@ -172,6 +174,36 @@ def _machinery(code: CodeType) -> bool:
 _local = threading.local()
 
 
+def _in_gc() -> bool:
+    return getattr(_local, "gc", False)
+
+
+def _gc_first(phase: str, info: dict[str, Any]) -> None:
+    if phase == "start":
+        _local.gc = True
+
+
+def _gc_last(phase: str, info: dict[str, Any]) -> None:
+    if phase == "stop":
+        _local.gc = False
+
+
+def _bracket_gc() -> None:
+    """A garbage collection can start inside a recording, in the recording's thread, and
+    run other code there: ``gc.callbacks`` (Dask's distributed times every collection with
+    the clock) and finalizers. Neither is the function's doing; two callbacks, the first
+    and the last, mark the collection so that the hooks ignore what runs inside it."""
+    callbacks = gc.callbacks
+    if not callbacks or callbacks[0] is not _gc_first:
+        with contextlib.suppress(ValueError):
+            callbacks.remove(_gc_first)
+        callbacks.insert(0, _gc_first)
+    if callbacks[-1] is not _gc_last:
+        with contextlib.suppress(ValueError):
+            callbacks.remove(_gc_last)
+        callbacks.append(_gc_last)
+
+
 def _active() -> list[tuple[CallLog, FrameType | None]]:
     stack: list[tuple[CallLog, FrameType | None]] | None = getattr(_local, "stack", None)
     if stack is None:
@@ -180,6 +212,8 @@ def _active() -> list[tuple[CallLog, FrameType | None]]:
 
 
 def _profile(frame: FrameType, event: str, arg: Any) -> None:
+    if _in_gc():
+        return
     if event == "call":
         if is_user_frame(frame.f_code, frame.f_globals):
             for log, boundary in _active():
@@ -225,6 +259,7 @@ def record(enabled: bool = True) -> Iterator[CallLog]:
         yield log
         return
     boundary = sys._getframe(2)  # the frame that opened the recording
+    _bracket_gc()
     stack = _active()
     _prune(stack)
     if sys.version_info >= (3, 12):
@@ -333,7 +368,7 @@ class _Monitor:
     @staticmethod
     def _start_callback(thread: int) -> Callable[[CodeType, int], Any]:
         def on_start(code: CodeType, offset: int) -> Any:
-            if threading.get_ident() != thread or not is_user_code(code):
+            if threading.get_ident() != thread or not is_user_code(code) or _in_gc():
                 return None
             frame = sys._getframe(1)
             if frame.f_code is code and is_user_frame(code, frame.f_globals):
@@ -346,7 +381,7 @@ class _Monitor:
     @staticmethod
     def _call_callback(thread: int) -> Callable[[CodeType, int, Any, Any], Any]:
         def on_call(code: CodeType, offset: int, fn: Any, arg0: Any) -> Any:
-            if threading.get_ident() == thread and not _machinery(code):
+            if threading.get_ident() == thread and not _machinery(code) and not _in_gc():
                 what = effect_of(fn)
                 if what is not None:
                     for log, _ in _active():

@@ -659,8 +659,9 @@ def _is_iterator(t: type) -> bool:
 
 def _is_jax_jitted(t: type) -> bool:
     """``jax.jit``'s function type (jaxlib's C++ ``PjitFunction``)."""
+    name = type.__dict__["__name__"].__get__(t)  # (never a metaclass's own __getattribute__)
     module = type.__dict__["__dict__"].__get__(t).get("__module__")
-    return t.__name__ == "PjitFunction" and type(module) is str and module.startswith("jaxlib")
+    return name == "PjitFunction" and type(module) is str and module.startswith("jaxlib")
 
 
 def _is_ours(t: type) -> bool:

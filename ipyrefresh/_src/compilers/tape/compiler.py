@@ -10,6 +10,7 @@ traces again. What the tape cannot represent runs on plain autograd, and says wh
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from ...guard import Guard
@@ -51,8 +52,16 @@ class TapeVariant:
         return self._fallback(fn, args, kwargs)
 
     def _compile(self) -> None:
+        """Generate the replay, once (threads calling the handle may race to its first
+        compiled call: the others wait, then use what the first made)."""
+        with _COMPILING:
+            if self._compiled is None and self._fallback is None:
+                self._generate()
+
+    def _generate(self) -> None:
         tape, self._tape = self._tape, None
-        assert tape is not None
+        if tape is None:  # pragma: no cover - guarded by _compile
+            raise RuntimeError("the tape was already compiled")
         kind = self._request.transform
         if kind is Transform.HESSIAN:  # jacobian(jacobian(f)): the tape is the outer one's
             kind = Transform.JACOBIAN
@@ -73,6 +82,10 @@ class TapeVariant:
         if c is None:
             return "plain autograd" if self._fallback is not None else "tape (not compiled yet)"
         return f"tape: {c.ops} ops ({c.direct} direct), {len(c.guards)} guards"
+
+
+#: Held while a replay is generated (rare: at a variant's second call).
+_COMPILING = threading.Lock()
 
 
 class TapeCompiler:
