@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import threading
 from collections.abc import Callable
 from types import FunctionType
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax._src import dtypes as _dtypes
 
 from ..code import unread_arguments
 from ..guard import Guard
@@ -126,31 +126,6 @@ def _config_guard() -> list[Any]:
     return out
 
 
-class _Context:
-    """``with`` it: JAX's caches are keyed on this build's own value (see JaxCompiler)."""
-
-    __slots__ = ("_enter", "value")
-
-    def __init__(self, user_context: Callable[[Any], Any], value: Any) -> None:
-        self._enter = user_context
-        self.value = value
-
-    def __enter__(self) -> None:
-        _local.stack.append(self._enter(self.value))
-        _local.stack[-1].__enter__()
-
-    def __exit__(self, *exc: object) -> None:
-        _local.stack.pop().__exit__(*exc)
-
-
-class _Stack(threading.local):
-    def __init__(self) -> None:
-        self.stack: list[Any] = []
-
-
-_local = _Stack()
-
-
 class _Retrace(Exception):
     """``jax.jit`` started tracing again (a new static value or weak type): that trace
     must run under the engine's recorder, as a build, not inside this variant."""
@@ -166,7 +141,7 @@ class JaxVariant:
     replays_python = False
     any_shapes = True
 
-    def __init__(self, jitted: Any, plan: _Plan, guard: Guard, context: Any) -> None:
+    def __init__(self, jitted: Any, plan: _Plan, guard: Guard, context: Callable[[], Any]) -> None:
         self._jitted = jitted
         self._context = context
         self._plan = plan
@@ -177,7 +152,7 @@ class JaxVariant:
         if not self._plan.fits(args, kwargs):
             return Miss("the call's arguments split into static and traced ones otherwise")
         try:
-            with self._context:
+            with self._context():
                 return self._jitted(*self._plan.pass_args(args), **kwargs)
         except _Retrace:
             return Miss("jax.jit would trace again (new static arguments or types)")
@@ -191,13 +166,13 @@ def _faithful(x: Any) -> bool:
     ``jax.grad`` computes with: JAX arrays, and numpy arrays and scalars of a dtype JAX
     keeps. Python numbers inside containers and float64 numpy values without x64 become
     float32 at jit's boundary, where unjitted code first computes with them in Python."""
-    from jax._src import dtypes
-
+    if isinstance(x, jax.Array):  # (the common case, on every call: no tree walk)
+        return True
     for leaf in jax.tree_util.tree_leaves(x):
         if isinstance(leaf, jax.Array):
             continue
         kept = isinstance(leaf, (np.ndarray, np.generic)) and not leaf.dtype.hasobject
-        if not (kept and dtypes.canonicalize_dtype(leaf.dtype) == leaf.dtype):
+        if not (kept and _dtypes.canonicalize_dtype(leaf.dtype) == leaf.dtype):
             return False
     return True
 
@@ -285,8 +260,10 @@ class JaxCompiler:
         self._user_context = make(None)
         self._builds = itertools.count(1)
 
-    def _context(self) -> _Context:
-        return _Context(self._user_context, ("ipyrefresh build", next(self._builds)))
+    def _context(self) -> Callable[[], Any]:
+        """A new build's context: call it for a ``with`` block (a new JAX context object
+        each time, so threads and nested calls never share one)."""
+        return functools.partial(self._user_context, ("ipyrefresh build", next(self._builds)))
 
     def trace(
         self, fn: Any, request: Request, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -304,7 +281,7 @@ class JaxCompiler:
         context = self._context()
         if unfaithful:
             why = f"{unfaithful} would reach jax.jit with other values than jax.grad sees"
-            with context:
+            with context():
                 return Traced(reference(fn, request, args, kwargs), unsupported=why)
         traced = op(fn, request.argnum) if handles else fn
         built = [False]
@@ -322,13 +299,13 @@ class JaxCompiler:
             donate_argnums=options.get("donate_argnums", ()),
         )
         try:
-            with context:
+            with context():
                 result = jitted(*plan.pass_args(args), **kwargs)
         except NEEDS_CONCRETE as exc:
             if not handles:  # rj.jit rejects what jax.jit rejects
                 raise
             why = f"needs concrete values under jax.jit ({type(exc).__name__})"
-            with context:
+            with context():
                 return Traced(reference(fn, request, args, kwargs), unsupported=why)
         finally:
             built[0] = True
@@ -347,7 +324,7 @@ class JaxCompiler:
         context = self._context()  # (fresh traces of jitted callees, kept while the guard holds)
 
         def run(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            with context:
+            with context():
                 return op(fn, argnum)(*args, **kwargs)
 
         return PythonVariant(run, guard, why, "unjitted JAX")
