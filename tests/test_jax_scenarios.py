@@ -1267,13 +1267,6 @@ def test_deleted_name_raises_like_jax_grad(jp: Shell) -> None:
     grad_check(jp, "df", "f")
 
 
-@pytest.mark.xfail(
-    sys.version_info >= (3, 12),
-    strict=True,
-    reason="open bug (issue 11): on Python 3.12+ comprehensions are inlined (PEP 709) and a "
-    "handle made from the comprehension's variable at a cell's top level follows the global "
-    "name of that function instead of keeping the object; 3.10/3.11 keep it",
-)
 def test_handles_made_in_a_loop_keep_their_functions(jp: Shell) -> None:
     jp.run("def f1(x): return jnp.sum(jnp.sin(x))\ndef f2(x): return jnp.sum(jnp.cos(x))")
     jp.run("fs = (f1, f2)\nds = [rj.grad(fn) for fn in fs]")

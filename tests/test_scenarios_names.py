@@ -244,6 +244,49 @@ def test_list_element_target_is_fixed(anynb: Shell) -> None:
     check(anynb, "d0(2.0)", "autograd.grad(first)(2.0)")
 
 
+COMPREHENSIONS = {
+    "list": "ds = [grad(fn) for fn in fs]",
+    "nested list": "ds = [grad(fn) for k in [0] for fn in fs]",
+    "filtered list": "ds = [grad(fn) for fn in fs if fn is not None]",
+    "set of pairs": "ds = [d for i, d in sorted({(i, grad(fn)) for i, fn in enumerate(fs)},"
+    " key=lambda p: p[0])]",
+    "dict": "ds = list({i: grad(fn) for i, fn in enumerate(fs)}.values())",
+    "generator": "ds = list(grad(fn) for fn in fs)",
+    "unpacking": "ds = [grad(fn) for _, fn in enumerate(fs)]",
+    "for loop": "ds = []\nfor fn in fs:\n    ds.append(grad(fn))",
+    "for loop with a global of that name": "fn = f1\nds = []\nfor fn in fs:\n"
+    "    ds.append(grad(fn))",
+    "list with a global of that name": "fn = f1\nds = [grad(fn) for fn in fs]",
+}
+
+
+@pytest.mark.parametrize("making", list(COMPREHENSIONS), ids=list(COMPREHENSIONS))
+def test_handles_made_by_a_comprehension_keep_their_functions(anynb: Shell, making: str) -> None:
+    """A loop or comprehension variable is not a name a handle can follow: each handle
+    keeps the object it was made from, as autograd's would. (On Python 3.12+ the
+    comprehension runs in the cell's own frame, PEP 709, so this is read from the syntax.)"""
+    anynb.run(
+        "def f1(x):\n    return x ** 2\ndef f2(x):\n    return np.sin(x)\nfs = (f1, f2)\n"
+        + COMPREHENSIONS[making]
+        + "\nold1, old2 = f1, f2"
+    )
+    assert anynb.run("len(ds)") == 2
+    for i, old in ((0, "old1"), (1, "old2")):
+        check(anynb, f"ds[{i}](0.7)", f"autograd.grad({old})(0.7)")
+    anynb.run("def f1(x):\n    return x ** 5\ndef f2(x):\n    return np.cos(x)\nfn = f2")
+    for i, old in ((0, "old1"), (1, "old2")):
+        status_then_call(anynb, f"ds[{i}]", f"ds[{i}](0.7)", f"autograd.grad({old})(0.7)")
+        check(anynb, f"ds[{i}](0.7)", f"autograd.grad({old})(0.7)", what="after redefining:")
+
+
+def test_comprehension_over_names_still_follows_a_global_it_names(anynb: Shell) -> None:
+    """Only the comprehension's own variable is fixed: a global named inside it is followed."""
+    anynb.run("def h(x):\n    return x ** 2\nds = [grad(h) for _ in range(2)]")
+    anynb.run("def h(x):\n    return x ** 4")
+    for i in range(2):
+        check(anynb, f"ds[{i}](0.7)", "autograd.grad(h)(0.7)", what="after redefining h:")
+
+
 def test_handle_made_inside_a_function_follows_global(anynb: Shell) -> None:
     anynb.run(
         "def h(x):\n    return x ** 2\n"

@@ -14,6 +14,7 @@ import ast
 import sys
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import FrameType, FunctionType, MethodType
 from typing import Any
 
@@ -111,17 +112,22 @@ def same_callable(a: Any, b: Any) -> bool:
 
 
 def target_for(fun: Any, frame: FrameType | None) -> Target:
-    """The target for ``grad(fun)`` called from ``frame``."""
-    if frame is not None:
-        path = passed_expression(frame)
-        if path is not None:
-            target = None if _is_local(frame, path[0]) else _follow(frame.f_globals, path, fun)
-            if target is not None:
-                return target
+    """The target for ``grad(fun)`` called from ``frame``.
+
+    The call site decides: a global name (or ``name.attr`` chain) that means ``fun`` now is
+    followed; any other expression — a lambda, ``fs[0]``, a local, a loop or comprehension
+    variable — is the fixed object. Only when the source cannot be read (``exec``'d code)
+    is a unique global name bound to ``fun`` guessed."""
+    if frame is None:
+        return FixedTarget(fun, label_of(fun))
+    site = passed_expression(frame)
+    if site is None:
         target = _by_identity(frame, fun)
-        if target is not None:
-            return target
-    return FixedTarget(fun, label_of(fun))
+    elif site.path is None or _is_local(frame, site.path[0]):
+        target = None
+    else:
+        target = _follow(frame.f_globals, site.path, fun)
+    return target or FixedTarget(fun, label_of(fun))
 
 
 def target_in(ns: dict[str, Any], expression: str, fun: Any) -> Target:
@@ -171,9 +177,16 @@ def _by_identity(frame: FrameType, fun: Any) -> Target | None:
     return NameTarget(ns, names[0]) if len(names) == 1 else None
 
 
-def passed_expression(frame: FrameType) -> tuple[str, ...] | None:
-    """The name (or ``name.attr`` chain) passed as the function to the call that is
-    executing in ``frame``; None if it is anything else or the source is unknown."""
+@dataclass(frozen=True)
+class CallSite:
+    """What the source of a ``grad(...)`` call passed as the function: ``path`` is the
+    name (or ``name.attr`` chain) a handle can follow, None for any other expression."""
+
+    path: tuple[str, ...] | None
+
+
+def passed_expression(frame: FrameType) -> CallSite | None:
+    """The call site of the call executing in ``frame``; None if its source is unknown."""
     try:
         import executing
 
@@ -191,21 +204,37 @@ def passed_expression(frame: FrameType) -> tuple[str, ...] | None:
         parts.append(arg.attr)
         arg = arg.value
     if not isinstance(arg, ast.Name) or _loop_variable(node, arg.id):
-        return None
-    return (arg.id, *reversed(parts))
+        return CallSite(None)
+    return CallSite((arg.id, *reversed(parts)))
+
+
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 def _loop_variable(node: ast.AST, name: str) -> bool:
-    """``for fn in fs: hs.append(grad(fn))``: each handle means its own function, not
-    whatever the loop variable is bound to later."""
-    parent = getattr(node, "parent", None)
+    """``for fn in fs: hs.append(grad(fn))`` or ``[grad(fn) for fn in fs]``: each handle
+    means its own function, not whatever the loop variable is bound to later. (Since
+    Python 3.12 a comprehension runs in its enclosing frame (PEP 709), so its variable
+    is not a local of a frame of its own: the syntax is what tells.)"""
+    child, parent = node, getattr(node, "parent", None)
     while parent is not None:
-        if isinstance(parent, (ast.For, ast.AsyncFor, ast.comprehension)):
-            targets = [n.id for n in ast.walk(parent.target) if isinstance(n, ast.Name)]
-            if name in targets:
-                return True
-        parent = getattr(parent, "parent", None)
+        if name in _names_bound_for(child, parent):
+            return True
+        child, parent = parent, getattr(parent, "parent", None)
     return False
+
+
+def _names_bound_for(child: ast.AST, parent: ast.AST) -> set[str]:
+    """The loop variables ``parent`` binds where ``child`` (one of its parts) runs."""
+    if isinstance(parent, (ast.For, ast.AsyncFor, ast.comprehension)):
+        return set() if child is parent.iter else _bound_names(parent.target)
+    if isinstance(parent, _COMPREHENSIONS) and child is not parent.generators[0]:
+        return set().union(*(_bound_names(g.target) for g in parent.generators))
+    return set()
+
+
+def _bound_names(target: ast.expr) -> set[str]:
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
 
 
 def caller_frame(depth: int) -> FrameType | None:
