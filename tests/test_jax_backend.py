@@ -157,11 +157,6 @@ def test_only_affected_entries_are_rebuilt(jp: Shell, compiles: CompileCounter) 
     assert ipyrefresh.status()["rebuilds"] == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (issue 13): after calls of other argument kinds, a call compiles once more "
-    "than jax.jit would (the answers are right; the cause is not found yet)",
-)
 def test_compile_count_cache_hits_and_new_shapes(jp: Shell, compiles: CompileCounter) -> None:
     jp.run("def h(x): return jnp.sum(jnp.sin(x) * x)")
     jp.run("dh = rj.grad(h)")

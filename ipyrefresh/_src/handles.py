@@ -108,7 +108,7 @@ class Derivative:
                 if type(answer) is not Miss:
                     entry.hit(variant, self._engine.cell)
                     return answer
-        sig = (backend, call_signature(args, kwargs))
+        sig = (backend, call_signature(args, kwargs, backend == "jax"))
         known = self._entries.get(sig)
         if known is not None:
             entry = known
@@ -148,7 +148,7 @@ class Derivative:
     def entry(self, *args: Any, **kwargs: Any) -> Entry | None:
         """The cache entry a call with these arguments uses (``None`` before its first call)."""
         backend = self.backend or self._engine.config.backend
-        return self._entries.get((backend, call_signature(args, kwargs)))
+        return self._entries.get((backend, call_signature(args, kwargs, backend == "jax")))
 
     @property
     def fun(self) -> Any:

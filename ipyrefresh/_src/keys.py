@@ -53,13 +53,15 @@ def is_jax_array_type(t: type) -> bool:
     return found
 
 
-def arg_signature(x: Any) -> Hashable:
-    """The part of a key one argument contributes."""
+def arg_signature(x: Any, jax_backend: bool = False) -> Hashable:
+    """The part of a key one argument contributes. For the JAX backend a numpy array
+    keys like a JAX array of its shape and dtype: ``jax.jit`` takes either the same way
+    (the entry's variant checks that the dtype is one JAX keeps, or misses)."""
     t = type(x)
     if t is float or t is int or t is complex:
         return t.__name__
     if t is np.ndarray:
-        return (x.shape, x.dtype.str)
+        return ("jax", x.shape, x.dtype) if jax_backend else (x.shape, x.dtype.str)
     if t in _BY_VALUE:
         return (t.__name__, x)
     if is_jax_array_type(t):
@@ -67,9 +69,9 @@ def arg_signature(x: Any) -> Hashable:
     if issubclass(t, np.generic):
         return ("scalar", x.dtype.str)
     if t is tuple or t is list:
-        return (t.__name__, *map(arg_signature, x))
+        return (t.__name__, *(arg_signature(v, jax_backend) for v in x))
     if t is dict:
-        return ("dict", *((k, arg_signature(v)) for k, v in x.items()))
+        return ("dict", *((k, arg_signature(v, jax_backend)) for k, v in x.items()))
     if issubclass(t, np.ndarray):
         return (t.__name__, x.shape, x.dtype.str)
     # Anything else by its type's name; its identity would pin it in memory. Read
@@ -78,11 +80,14 @@ def arg_signature(x: Any) -> Hashable:
     return ("object", *(n if type(n) is str else "?" for n in names))
 
 
-def call_signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Signature:
+def call_signature(
+    args: tuple[Any, ...], kwargs: dict[str, Any], jax_backend: bool = False
+) -> Signature:
     """The part of a key that depends on the call's arguments."""
-    sig = tuple(map(arg_signature, args))
+    sig = tuple(arg_signature(a, jax_backend) for a in args)
     if kwargs:
-        return (sig, tuple(sorted((k, arg_signature(v)) for k, v in kwargs.items())))
+        named = ((k, arg_signature(v, jax_backend)) for k, v in kwargs.items())
+        return (sig, tuple(sorted(named)))
     return sig
 
 
