@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax._src import dtypes as _dtypes
+from jax._src.array import ArrayImpl as _ArrayImpl
 
 from ..code import unread_arguments
 from ..guard import Guard
@@ -149,7 +150,7 @@ class JaxVariant:
         self.note = ""
 
     def run(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if not self._plan.fits(args, kwargs):
+        if self._plan.mismatch(args, kwargs):
             return Miss("the call's arguments split into static and traced ones otherwise")
         try:
             with self._context():
@@ -159,6 +160,11 @@ class JaxVariant:
 
     def describe(self) -> str:
         return "jax.jit"
+
+
+#: JAX's concrete array types (``type(x) in`` is the hot path's test; subclasses and
+#: tracers take the tree walk of :func:`_faithful`).
+_JAX_ARRAYS = frozenset(t for t in (_ArrayImpl,) if issubclass(t, jax.Array))
 
 
 def _faithful(x: Any) -> bool:
@@ -182,7 +188,7 @@ class _Plan:
 
     For the derivative handles (``handles=True``) the split follows what an unjitted JAX
     transform sees: Python scalars (and tuples of them) are static, positional or keyword;
-    the rest is traced, and :meth:`fits` tells whether a later call splits the same way.
+    the rest is traced, and :meth:`mismatch` tells whether a call splits that way.
     """
 
     def __init__(
@@ -206,37 +212,29 @@ class _Plan:
         self.static_names = names
         self.keywords = tuple(sorted(kwargs))
         self.diff = diff
+        skip = {*diff, *self.static, *self.unread}
+        self.traced = tuple(i for i in range(len(args)) if i not in skip)
 
-    def unfaithful(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-        """Which traced argument jit would pass with other values than unjitted JAX
-        computes with ("" if none; only for the handles)."""
+    def mismatch(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """ "" if this call splits into static and traced arguments as the traced one did
+        and ``jax.jit`` would pass every traced argument with the values an unjitted JAX
+        transform computes with; else which argument differs (only for the handles)."""
         if not self.handles:
             return ""
-        for i, a in enumerate(args):
-            skip = i in self.diff or i in self.static or i in self.unread
-            if not skip and not _faithful(a):
+        if len(args) != self.count or (tuple(sorted(kwargs)) if kwargs else ()) != self.keywords:
+            return "the arguments"
+        for i in self.traced:
+            a = args[i]
+            if type(a) not in _JAX_ARRAYS and not _faithful(a):
                 return f"argument {i}"
-        for k, v in kwargs.items():
-            if k not in (self.static_names or ()) and not _faithful(v):
-                return f"argument {k!r}"
-        return ""
-
-    def fits(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        """Whether this call splits into static and traced arguments as the traced one."""
-        if not self.handles:
-            return True
-        if len(args) != self.count or tuple(sorted(kwargs)) != self.keywords:
-            return False
-        for i, a in enumerate(args):
-            if i in self.diff or i in self.unread:
-                continue
-            if (i in self.static) != _is_static(a) or (i not in self.static and not _faithful(a)):
-                return False
+        for i in self.static:
+            if not _is_static(args[i]):
+                return f"argument {i}"
         names = self.static_names or ()
         for k, v in kwargs.items():
             if (k in names) != _is_static(v) or (k not in names and not _faithful(v)):
-                return False
-        return True
+                return f"argument {k!r}"
+        return ""
 
     def pass_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         if not self.unread:
@@ -277,7 +275,7 @@ class JaxCompiler:
             unread = frozenset()  # jax.jit traces every argument: nothing to drop
         handles = request.transform is not Transform.JIT
         plan = _Plan(args, kwargs, diff, unread, options, handles)
-        unfaithful = plan.unfaithful(args, kwargs)
+        unfaithful = plan.mismatch(args, kwargs)
         context = self._context()
         if unfaithful:
             why = f"{unfaithful} would reach jax.jit with other values than jax.grad sees"
