@@ -172,7 +172,9 @@ def _faithful(x: Any) -> bool:
     ``jax.grad`` computes with: JAX arrays, and numpy arrays and scalars of a dtype JAX
     keeps. Python numbers inside containers and float64 numpy values without x64 become
     float32 at jit's boundary, where unjitted code first computes with them in Python."""
-    if isinstance(x, jax.Array):  # (the common case, on every call: no tree walk)
+    if isinstance(x, jax.Array):  # (the common cases, on every call: no tree walk)
+        return True
+    if type(x) in (tuple, list) and all(type(v) in _JAX_ARRAYS for v in x):
         return True
     for leaf in jax.tree_util.tree_leaves(x):
         if isinstance(leaf, jax.Array):
