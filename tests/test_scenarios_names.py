@@ -257,6 +257,13 @@ COMPREHENSIONS = {
     "for loop with a global of that name": "fn = f1\nds = []\nfor fn in fs:\n"
     "    ds.append(grad(fn))",
     "list with a global of that name": "fn = f1\nds = [grad(fn) for fn in fs]",
+    "while loop rebinding the name": "ds, it = [], iter(fs)\nwhile len(ds) < 2:\n"
+    "    fn = next(it)\n    ds.append(grad(fn))",
+    "for loop rebinding another name": "ds = []\nfor i in range(2):\n    fn = fs[i]\n"
+    "    if fn is not None:\n        ds.append(grad(fn))",
+    "with and try inside a loop": "import contextlib\nds = []\nfor i in range(2):\n"
+    "    with contextlib.nullcontext(fs[i]) as fn:\n        try:\n"
+    "            ds.append(grad(fn))\n        finally:\n            pass",
 }
 
 
@@ -277,6 +284,25 @@ def test_handles_made_by_a_comprehension_keep_their_functions(anynb: Shell, maki
     for i, old in ((0, "old1"), (1, "old2")):
         status_then_call(anynb, f"ds[{i}]", f"ds[{i}](0.7)", f"autograd.grad({old})(0.7)")
         check(anynb, f"ds[{i}](0.7)", f"autograd.grad({old})(0.7)", what="after redefining:")
+
+
+def test_functions_defined_in_a_loop_keep_their_own_handles(anynb: Shell) -> None:
+    """``def f`` inside a loop rebinds ``f`` each turn: each handle keeps its own f."""
+    anynb.run(
+        "ds, olds = [], []\nfor k in range(3):\n    def f(x):\n        return x ** (k + 2)\n"
+        "    ds.append(grad(f))\n    olds.append(f)"
+    )
+    anynb.run("def f(x):\n    return np.sin(x)")
+    for i in range(3):
+        check(anynb, f"ds[{i}](0.7)", f"autograd.grad(olds[{i}])(0.7)", what=f"handle {i}:")
+
+
+def test_a_loop_that_only_calls_still_follows_the_name(anynb: Shell) -> None:
+    """A handle made in a loop from a name the loop does not rebind follows that name."""
+    anynb.run("def h(x):\n    return x ** 2\nds = []\nfor k in range(2):\n    ds.append(grad(h))")
+    anynb.run("def h(x):\n    return x ** 4")
+    for i in range(2):
+        check(anynb, f"ds[{i}](0.7)", "autograd.grad(h)(0.7)", what="after redefining h:")
 
 
 def test_comprehension_over_names_still_follows_a_global_it_names(anynb: Shell) -> None:

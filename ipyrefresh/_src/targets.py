@@ -212,10 +212,11 @@ _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 def _loop_variable(node: ast.AST, name: str) -> bool:
-    """``for fn in fs: hs.append(grad(fn))`` or ``[grad(fn) for fn in fs]``: each handle
-    means its own function, not whatever the loop variable is bound to later. (Since
-    Python 3.12 a comprehension runs in its enclosing frame (PEP 709), so its variable
-    is not a local of a frame of its own: the syntax is what tells.)"""
+    """``for fn in fs: hs.append(grad(fn))``, ``[grad(fn) for fn in fs]``, or a name the
+    loop's body rebinds (``while ...: fn = next(it); hs.append(grad(fn))``, a ``def`` in
+    a loop): each handle means its own function, not whatever the name is bound to
+    later. (Since Python 3.12 a comprehension runs in its enclosing frame, PEP 709, so
+    its variable is not a local of a frame of its own: the syntax is what tells.)"""
     child, parent = node, getattr(node, "parent", None)
     while parent is not None:
         if name in _names_bound_for(child, parent):
@@ -225,8 +226,14 @@ def _loop_variable(node: ast.AST, name: str) -> bool:
 
 
 def _names_bound_for(child: ast.AST, parent: ast.AST) -> set[str]:
-    """The loop variables ``parent`` binds where ``child`` (one of its parts) runs."""
-    if isinstance(parent, (ast.For, ast.AsyncFor, ast.comprehension)):
+    """The names ``parent`` rebinds at each turn of a loop where ``child`` (one of its
+    parts) runs: loop variables, and what the loop's body assigns."""
+    if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
+        if child not in parent.body:
+            return set()
+        body = _assigned(parent.body)
+        return body if isinstance(parent, ast.While) else body | _bound_names(parent.target)
+    if isinstance(parent, ast.comprehension):
         return set() if child is parent.iter else _bound_names(parent.target)
     if isinstance(parent, _COMPREHENSIONS) and child is not parent.generators[0]:
         return set().union(*(_bound_names(g.target) for g in parent.generators))
@@ -235,6 +242,29 @@ def _names_bound_for(child: ast.AST, parent: ast.AST) -> set[str]:
 
 def _bound_names(target: ast.expr) -> set[str]:
     return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def _assigned(body: list[ast.stmt]) -> set[str]:
+    """Names these statements bind in their own scope (not inside functions or classes
+    they define, whose names they bind all the same)."""
+    names: set[str] = set()
+    todo: list[ast.AST] = list(body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            continue
+        if isinstance(node, ast.Lambda):
+            continue
+        if isinstance(node, ast.comprehension):  # its variable is its own
+            todo.extend((node.iter, *node.ifs))
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).partition(".")[0] for a in node.names)
+        todo.extend(ast.iter_child_nodes(node))
+    return names
 
 
 def caller_frame(depth: int) -> FrameType | None:
