@@ -162,9 +162,9 @@ class JaxVariant:
         return "jax.jit"
 
 
-#: JAX's concrete array types (``type(x) in`` is the hot path's test; subclasses and
+#: JAX's concrete array type (``type(x) in`` is the hot path's test; subclasses and
 #: tracers take the tree walk of :func:`_faithful`).
-_JAX_ARRAYS = frozenset(t for t in (_ArrayImpl,) if issubclass(t, jax.Array))
+_JAX_ARRAYS = frozenset({_ArrayImpl})
 
 
 def _faithful(x: Any) -> bool:
@@ -218,9 +218,10 @@ class _Plan:
         self.traced = tuple(i for i in range(len(args)) if i not in skip)
 
     def mismatch(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-        """ "" if this call splits into static and traced arguments as the traced one did
-        and ``jax.jit`` would pass every traced argument with the values an unjitted JAX
-        transform computes with; else which argument differs (only for the handles)."""
+        """Which argument keeps this call from running the traced function ("" if none):
+        it must split into static and traced arguments as the traced call did, and
+        ``jax.jit`` must pass every traced argument with the values an unjitted JAX
+        transform computes with (checked only for the handles)."""
         if not self.handles:
             return ""
         if len(args) != self.count or (tuple(sorted(kwargs)) if kwargs else ()) != self.keywords:
