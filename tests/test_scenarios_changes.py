@@ -729,3 +729,51 @@ def test_stale_magic_matches_calls(nb: Shell, capsys: Any) -> None:
     capsys.readouterr()
     nb.run("%stale")
     assert "fresh" in capsys.readouterr().out
+
+
+# == An object the build read is collected, and its name rebound to None ===================
+
+COLLECTED = {
+    "slots object": (
+        "class Tok:\n    __slots__ = ('__weakref__',)\nthing = Tok()",
+        "2.0 if thing is None else 3.0",
+    ),
+    "module": (
+        "import types\nthing = types.ModuleType('made_here')\nthing.S = 3.0",
+        "thing.S if thing is not None else 2.0",
+    ),
+    "instance": (
+        "class Cfg:\n    pass\nthing = Cfg()\nthing.s = 3.0",
+        "thing.s if thing is not None else 2.0",
+    ),
+    "class": (
+        "class Cfg:\n    s = 3.0\nthing = Cfg",
+        "thing.s if thing is not None else 2.0",
+    ),
+    "function": (
+        "def thing(v):\n    return 3.0 * v",
+        "thing(1.0) if thing is not None else 2.0",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(COLLECTED), ids=list(COLLECTED))
+def test_a_collected_object_rebound_to_none(nb: Shell, kind: str) -> None:
+    """The guard holds what it read weakly: once that object is collected, a name rebound
+    to None must not pass for it (a dead weak reference gives None too)."""
+    setup, read = COLLECTED[kind]
+    nb.run(f"{setup}\ndef f(x):\n    return np.sum(x * ({read}))\ndf = grad(f)")
+    x = "onp.array([1.0, 2.0])"
+    check(nb, f"df({x})", f"autograd.grad(f)({x})")
+    nb.run("thing = None\nimport gc\ngc.collect()")
+    status_then_call(nb, "df", f"df({x})", f"autograd.grad(f)({x})", what="after thing = None:")
+    check(nb, f"df({x})", f"autograd.grad(f)({x})", what="after thing = None:")
+
+
+def test_a_followed_function_collected_and_rebound_to_none_is_a_clear_error(nb: Shell) -> None:
+    nb.run(
+        "fs = [lambda x: np.sum(x * 1.0)]\nfn = fs[0]\ndh = grad(fn)\ndh(onp.array([1.0, 2.0]))"
+    )
+    nb.run("fs = None\nfn = None\nimport gc\ngc.collect()")
+    err = nb.run_error("dh(onp.array([1.0, 2.0]))")
+    assert isinstance(err, TypeError) and "'fn' is not callable" in str(err), err

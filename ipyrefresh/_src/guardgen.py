@@ -29,6 +29,7 @@ from .digest import array_digest
 from .guard import Check
 from .keys import arg_signature
 from .nodes import (
+    GONE,
     MISSING,
     Absent,
     Arity,
@@ -67,6 +68,7 @@ class _Emitter:
     def __init__(self) -> None:
         self.ns: dict[str, Any] = {
             "MISSING": MISSING,
+            "GONE": GONE,
             "_dget": dict.get,
             "_iterate": iterate,
             "_tuple": tuple,
@@ -331,7 +333,7 @@ def _read(e: _Emitter, reader: Reader) -> str:
         e.line(f"{v} = (args, kwargs)")
     elif type(reader) is FixedReader:
         e.line(f"{v} = {e.const(reader.get)}()")
-        e.line(f"if {v} is None: {v} = MISSING")
+        e.line(f"if {v} is None or {v} is GONE: {v} = MISSING")
     else:
         e.line(f"{v} = {e.const(reader)}.read(fn, args, kwargs)")
     return v

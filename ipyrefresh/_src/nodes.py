@@ -106,19 +106,39 @@ def same_scalars(values: Sequence[Any], expected: Sequence[Any]) -> bool:
     return all(map(same_scalar, values, expected))
 
 
+class _Gone:
+    """What a :class:`Ref` gives once its object is collected: no value a name can hold
+    is this, so an identity check against a dead object always fails (a weak reference
+    gives ``None``, which ``model = None`` would match)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<collected>"
+
+
+GONE: Any = _Gone()
+
+
 class Ref:
     """A reference that does not keep its object alive when it can avoid it."""
 
-    __slots__ = ("_get",)
+    __slots__ = ("_obj", "_ref")
 
     def __init__(self, obj: Any) -> None:
         try:
-            self._get: Callable[[], Any] = weakref.ref(obj)
+            self._ref: weakref.ref[Any] | None = weakref.ref(obj)
+            self._obj: Any = GONE
         except TypeError:
-            self._get = lambda: obj
+            self._ref = None
+            self._obj = obj
 
     def __call__(self) -> Any:
-        return self._get()
+        ref = self._ref
+        if ref is None:
+            return self._obj
+        obj = ref()
+        return GONE if obj is None else obj
 
 
 class Node:

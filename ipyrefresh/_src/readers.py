@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .nodes import MISSING
+from .nodes import GONE, MISSING
 
 
 class Reader:
@@ -54,7 +54,7 @@ class FixedReader(Reader):
 
     def read(self, fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
         value = self.get()
-        return MISSING if value is None else value
+        return MISSING if value is None or value is GONE else value
 
 
 class ArgReader(Reader):
