@@ -261,6 +261,15 @@ COMPREHENSIONS = {
     "    fn = next(it)\n    ds.append(grad(fn))",
     "for loop rebinding another name": "ds = []\nfor i in range(2):\n    fn = fs[i]\n"
     "    if fn is not None:\n        ds.append(grad(fn))",
+    "match capture in a loop": "ds = []\nfor i in range(2):\n    match fs[i]:\n"
+    "        case fn:\n            ds.append(grad(fn))",
+    "walrus in a while condition": "it = iter(fs)\nds = []\n"
+    "while (fn := next(it, None)) is not None:\n    ds.append(grad(fn))",
+    "walrus in a comprehension": "ds = [grad(fn) for f in fs if (fn := f)]",
+    "walrus in a comprehension's element": "ds = [(fn := f, grad(fn))[1] for f in fs]",
+    "a loop rebinding an attribute": "import types\nobj = types.SimpleNamespace()\nds = []\n"
+    "for i in range(2):\n    obj.fn = fs[i]\n    ds.append(grad(obj.fn))",
+    "exec'd for loop (no source)": "ds = []\nexec('for fn in fs:\\n    ds.append(grad(fn))')",
     "with and try inside a loop": "import contextlib\nds = []\nfor i in range(2):\n"
     "    with contextlib.nullcontext(fs[i]) as fn:\n        try:\n"
     "            ds.append(grad(fn))\n        finally:\n            pass",
@@ -303,6 +312,37 @@ def test_a_loop_that_only_calls_still_follows_the_name(anynb: Shell) -> None:
     anynb.run("def h(x):\n    return x ** 4")
     for i in range(2):
         check(anynb, f"ds[{i}](0.7)", "autograd.grad(h)(0.7)", what="after redefining h:")
+
+
+def test_handles_made_under_time_magics(nb: Shell) -> None:
+    """``%%time`` and ``%time`` run code IPython compiled without a source file: a loop
+    variable, or ``fs[0]`` of a ``def``, is still kept as the object; a plain name is
+    still followed."""
+    nb.run("def f1(x):\n    return x ** 2\ndef f2(x):\n    return np.sin(x)\nfs = (f1, f2)")
+    nb.run("%%time\nds = []\nfor fn in fs:\n    ds.append(grad(fn))")
+    nb.run("%time d0 = [grad(fs[0])]")
+    nb.run("def h(x):\n    return x ** 3")
+    nb.run("%time dh = grad(h)")
+    nb.run("old1, old2 = f1, f2")
+    nb.run("def f1(x):\n    return x ** 5\ndef h(x):\n    return np.cos(x)\nfn = f2")
+    for call, oracle in (
+        ("ds[0](0.7)", "autograd.grad(old1)(0.7)"),
+        ("ds[1](0.7)", "autograd.grad(old2)(0.7)"),
+        ("d0[0](0.7)", "autograd.grad(old1)(0.7)"),
+        ("dh(0.7)", "autograd.grad(h)(0.7)"),
+    ):
+        check(nb, call, oracle, what="after redefining:")
+
+
+def test_class_body_handle_follows_a_global_and_keeps_a_class_local(anynb: Shell) -> None:
+    anynb.run(
+        "def g(x):\n    return x ** 2\n"
+        "class C:\n    dg = grad(g)\n    def m(x):\n        return x ** 3\n    dm = grad(m)\n"
+        "old_m = C.m"
+    )
+    anynb.run("def g(x):\n    return x ** 4\ndef m(x):\n    return np.sin(x)")
+    check(anynb, "C.dg(0.7)", "autograd.grad(g)(0.7)", what="after redefining g:")
+    check(anynb, "C.dm(0.7)", "autograd.grad(old_m)(0.7)", what="after a global m:")
 
 
 def test_comprehension_over_names_still_follows_a_global_it_names(anynb: Shell) -> None:

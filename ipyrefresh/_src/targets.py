@@ -11,11 +11,12 @@ is a fixed target: the object itself, held weakly by the cache.
 from __future__ import annotations
 
 import ast
+import dis
 import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType, FunctionType, MethodType
+from types import CodeType, FrameType, FunctionType, MethodType
 from typing import Any
 
 from .keys import TargetKey
@@ -153,11 +154,13 @@ def _follow(ns: dict[str, Any], path: tuple[str, ...], fun: Any) -> Target | Non
 
 
 def _is_local(frame: FrameType, name: str) -> bool:
-    """``name`` is a local variable of the frame's function (read from the code object:
-    touching ``frame.f_locals`` would keep a snapshot of every local alive until 3.13)."""
+    """``name`` is local where ``frame`` runs: a variable of its function (read from the
+    code object: touching an optimized frame's ``f_locals`` would keep a snapshot of every
+    local alive until 3.13), or bound in a class body's (or ``exec``'s own) namespace."""
     code = frame.f_code
-    if not code.co_flags & _CO_OPTIMIZED:  # module level (or a class body): not local
-        return code.co_name != "<module>"
+    if not code.co_flags & _CO_OPTIMIZED:  # module level, a class body, exec with locals
+        namespace = frame.f_locals  # (the namespace itself: no snapshot here)
+        return namespace is not frame.f_globals and name in namespace
     return name in code.co_varnames or name in code.co_cellvars or name in code.co_freevars
 
 
@@ -165,16 +168,34 @@ _CO_OPTIMIZED = 0x1
 
 
 def _by_identity(frame: FrameType, fun: Any) -> Target | None:
-    """No source to read (``exec``'d code): a global name bound to ``fun``, if unique."""
+    """No source to read (``exec``'d code): a global name bound to ``fun`` that the code
+    reads and never rebinds (a loop variable, or a name a loop rebinds, is no name to
+    follow), if there is exactly one."""
     ns = frame.f_globals
-    if frame.f_code.co_flags & _CO_OPTIMIZED or frame.f_code.co_name != "<module>":
+    code = frame.f_code
+    if code.co_flags & _CO_OPTIMIZED or code.co_name != "<module>" or frame.f_locals is not ns:
         return None
-    if type(fun) is FunctionType and dict.get(ns, fun.__name__, MISSING) is fun:
-        return NameTarget(ns, fun.__name__)
+    rebound = _rebound_names(code)
     names = [
-        k for k, v in list(ns.items()) if v is fun and type(k) is str and not k.startswith("_")
+        k
+        for k, v in list(ns.items())
+        if v is fun and type(k) is str and k in code.co_names and k not in rebound
     ]
     return NameTarget(ns, names[0]) if len(names) == 1 else None
+
+
+_STORES = frozenset({"STORE_NAME", "STORE_GLOBAL", "DELETE_NAME", "DELETE_GLOBAL"})
+
+
+def _rebound_names(code: CodeType) -> set[str]:
+    """Global names ``code`` (or code nested in it) assigns or deletes."""
+    out: set[str] = set()
+    todo = [code]
+    while todo:
+        c = todo.pop()
+        out.update(str(i.argval) for i in dis.get_instructions(c) if i.opname in _STORES)
+        todo.extend(k for k in c.co_consts if isinstance(k, CodeType))
+    return out
 
 
 @dataclass(frozen=True)
@@ -203,52 +224,62 @@ def passed_expression(frame: FrameType) -> CallSite | None:
     while isinstance(arg, ast.Attribute):
         parts.append(arg.attr)
         arg = arg.value
-    if not isinstance(arg, ast.Name) or _loop_variable(node, arg.id):
+    if not isinstance(arg, ast.Name):
         return CallSite(None)
-    return CallSite((arg.id, *reversed(parts)))
+    path = (arg.id, *reversed(parts))
+    return CallSite(None if _loop_variable(node, path) else path)
 
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
-def _loop_variable(node: ast.AST, name: str) -> bool:
-    """``for fn in fs: hs.append(grad(fn))``, ``[grad(fn) for fn in fs]``, or a name the
-    loop's body rebinds (``while ...: fn = next(it); hs.append(grad(fn))``, a ``def`` in
-    a loop): each handle means its own function, not whatever the name is bound to
-    later. (Since Python 3.12 a comprehension runs in its enclosing frame, PEP 709, so
-    its variable is not a local of a frame of its own: the syntax is what tells.)"""
+def _loop_variable(node: ast.AST, path: tuple[str, ...]) -> bool:
+    """``for fn in fs: hs.append(grad(fn))``, ``[grad(fn) for fn in fs]``, or a name (or
+    ``obj.attr``) a loop rebinds (``while ...: fn = next(it); hs.append(grad(fn))``, a
+    ``def`` in a loop, a walrus, a ``match`` capture): each handle means its own function,
+    not whatever the name is bound to later. (Since Python 3.12 a comprehension runs in
+    its enclosing frame, PEP 709, so its variable is not a local of a frame of its own:
+    the syntax is what tells.)"""
+    prefixes = {".".join(path[:k]) for k in range(1, len(path) + 1)}
     child, parent = node, getattr(node, "parent", None)
     while parent is not None:
-        if name in _names_bound_for(child, parent):
+        if prefixes & _names_bound_for(child, parent):
             return True
         child, parent = parent, getattr(parent, "parent", None)
     return False
 
 
 def _names_bound_for(child: ast.AST, parent: ast.AST) -> set[str]:
-    """The names ``parent`` rebinds at each turn of a loop where ``child`` (one of its
-    parts) runs: loop variables, and what the loop's body assigns."""
-    if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
+    """The names (and ``name.attr`` chains) ``parent`` rebinds at each turn of a loop
+    where ``child`` (one of its parts) runs: loop variables, and what the loop assigns."""
+    if isinstance(parent, (ast.For, ast.AsyncFor)):
         if child not in parent.body:
             return set()
-        body = _assigned(parent.body)
-        return body if isinstance(parent, ast.While) else body | _bound_names(parent.target)
+        return _assigned([parent.target, *parent.body])
+    if isinstance(parent, ast.While):
+        if child is not parent.test and child not in parent.body:
+            return set()
+        return _assigned([parent.test, *parent.body])
     if isinstance(parent, ast.comprehension):
-        return set() if child is parent.iter else _bound_names(parent.target)
+        return set() if child is parent.iter else _assigned([parent.target, *parent.ifs])
     if isinstance(parent, _COMPREHENSIONS) and child is not parent.generators[0]:
-        return set().union(*(_bound_names(g.target) for g in parent.generators))
+        parts: list[ast.AST] = [g.target for g in parent.generators]
+        parts += [i for g in parent.generators for i in g.ifs]
+        parts += [g.iter for g in parent.generators[1:]]
+        if isinstance(parent, ast.DictComp):
+            parts += [parent.key, parent.value]
+        else:
+            parts.append(parent.elt)
+        return _assigned(parts)
     return set()
 
 
-def _bound_names(target: ast.expr) -> set[str]:
-    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
-
-
-def _assigned(body: list[ast.stmt]) -> set[str]:
-    """Names these statements bind in their own scope (not inside functions or classes
-    they define, whose names they bind all the same)."""
+def _assigned(nodes: list[ast.AST]) -> set[str]:
+    """Names (and ``name.attr`` chains) these parts bind in their own scope, walruses in
+    comprehensions included (not inside functions or classes they define, whose names
+    they bind all the same)."""
     names: set[str] = set()
-    todo: list[ast.AST] = list(body)
+    todo: list[ast.AST] = list(nodes)
     while todo:
         node = todo.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -256,15 +287,31 @@ def _assigned(body: list[ast.stmt]) -> set[str]:
             continue
         if isinstance(node, ast.Lambda):
             continue
-        if isinstance(node, ast.comprehension):  # its variable is its own
+        if isinstance(node, ast.comprehension):  # its own variable is its own
             todo.extend((node.iter, *node.ifs))
             continue
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            names.add(node.id)
+        stored = _stored(node)
+        if stored:
+            names.add(stored)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).partition(".")[0] for a in node.names)
         todo.extend(ast.iter_child_nodes(node))
     return names
+
+
+def _stored(node: ast.AST) -> str:
+    """The name (or ``name.attr`` chain) ``node`` binds, if it is a binding target."""
+    if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Store):
+        chain: list[str] = []
+        while isinstance(node, ast.Attribute):
+            chain.append(node.attr)
+            node = node.value
+        return ".".join((node.id, *reversed(chain))) if isinstance(node, ast.Name) else ""
+    if isinstance(node, (ast.MatchAs, ast.MatchStar)):
+        return node.name or ""
+    if isinstance(node, ast.MatchMapping):
+        return node.rest or ""
+    return ""
 
 
 def caller_frame(depth: int) -> FrameType | None:
