@@ -771,9 +771,7 @@ def test_a_collected_object_rebound_to_none(nb: Shell, kind: str) -> None:
 
 
 def test_a_followed_function_collected_and_rebound_to_none_is_a_clear_error(nb: Shell) -> None:
-    nb.run(
-        "fs = [lambda x: np.sum(x * 1.0)]\nfn = fs[0]\ndh = grad(fn)\ndh(onp.array([1.0, 2.0]))"
-    )
+    nb.run("fs = [lambda x: np.sum(x * 1.0)]\nfn = fs[0]\ndh = grad(fn)\ndh(onp.array([1.0, 2.0]))")
     nb.run("fs = None\nfn = None\nimport gc\ngc.collect()")
     err = nb.run_error("dh(onp.array([1.0, 2.0]))")
     assert isinstance(err, TypeError) and "'fn' is not callable" in str(err), err

@@ -1122,6 +1122,91 @@ CASES = [
         """,
         "W.shape = (2, 3); W = W.ravel()[::-1].copy()",
     ),
+    # -- objects whose state lives outside any __dict__ (found by an adversarial hunt) ----
+    *[
+        Case(
+            f"hidden_state_{name}",
+            f"{setup}\ndef f(x):\n    return np.sum(x * ({read}))\n"
+            "x = np.array([1.0, 2.0])\ndh = grad(f)\n",
+            change,
+        )
+        for name, setup, read, change in [
+            (
+                "ctypes_array",
+                "import ctypes; buf = (ctypes.c_double * 2)(1.0, 2.0)",
+                "buf[0]",
+                "buf[0] = buf[0] + 4.0",
+            ),
+            (
+                "ctypes_scalar",
+                "import ctypes; cd = ctypes.c_double(1.0)",
+                "cd.value",
+                "cd.value += 2",
+            ),
+            (
+                "memoryview_of_bytearray",
+                "ba = bytearray(onp.array([1.0]).tobytes()); mv = memoryview(ba).cast('d')",
+                "mv[0]",
+                "ba[:] = onp.array([mv[0] + 6.0]).tobytes()",
+            ),
+            (
+                "dict_values_view",
+                "d = {'a': 1.0}; vals = d.values()",
+                "list(vals)[0]",
+                "d['a'] += 2",
+            ),
+            (
+                "context_var",
+                "import contextvars; cv = contextvars.ContextVar('cv', default=1.0)",
+                "cv.get()",
+                "cv.set(cv.get() + 3.0)",
+            ),
+            (
+                "thread_local",
+                "import threading; tl = threading.local(); tl.s = 1.0",
+                "tl.s",
+                "tl.s += 5",
+            ),
+            (
+                "cell_object",
+                "import types; c = types.CellType(1.0)",
+                "c.cell_contents",
+                "c.cell_contents += 1",
+            ),
+            (
+                "weak_value_dictionary",
+                "import weakref\nclass Holder:\n    v = 1.0\nb = Holder()\n"
+                "wd = weakref.WeakValueDictionary(k=b)",
+                "wd['k'].v",
+                "b.v += 3",
+            ),
+            (
+                "set_subclass",
+                "class S(set):\n    pass\ns = S({1.0})",
+                "float(len(s))",
+                "s.add(len(s) + 1.0)",
+            ),
+            (
+                "bytearray_subclass",
+                "class B(bytearray):\n    pass\nbb = B(b'\\x01')",
+                "float(bb[0])",
+                "bb[0] = bb[0] + 4",
+            ),
+            (
+                "array_subclass",
+                "import array\nclass A(array.array):\n    pass\naa = A('d', [1.0])",
+                "aa[0]",
+                "aa[0] += 4",
+            ),
+            (
+                "lru_cached_helper",
+                "import functools\nG = 1.0\n@functools.lru_cache(None)\n"
+                "def helper():\n    return G",
+                "helper()",
+                "G += 1; helper.cache_clear()",
+            ),
+        ]
+    ],
     C(
         "dtype_changed_same_values",
         """

@@ -416,6 +416,12 @@ class Map(Node):
         return None
 
 
+def set_items(value: set[Any] | frozenset[Any]) -> list[Any]:
+    """A set's items by the base type's own C iteration (a subclass's ``__iter__`` is
+    user code)."""
+    return list(set.__iter__(value) if isinstance(value, set) else frozenset.__iter__(value))
+
+
 class ScalarSet(Node):
     """A set or frozenset of scalars."""
 
@@ -424,12 +430,12 @@ class ScalarSet(Node):
     def __init__(self, label: str, values: Any) -> None:
         super().__init__(label)
         self.type = type(values)
-        self.values = frozenset(values)
+        self.values = frozenset(set_items(values))
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
         if type(value) is not self.type:
             return self.fail(value)
-        items = list(value)
+        items = set_items(value)
         if len(items) != len(self.values) or not all(is_scalar(v) for v in items):
             return Mismatch(self.label, ChangeKind.MUTATED)
         if frozenset(items) != self.values:
@@ -556,7 +562,7 @@ class WeakRefTo(Node):
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
         if type(value) is not self.type:
             return self.fail(value)
-        target = value()
+        target = weakref.ReferenceType.__call__(value)  # (a subclass's __call__ is user code)
         return self.inner.check(MISSING if target is None else target, deep)
 
 

@@ -18,9 +18,14 @@ from __future__ import annotations
 import array
 import builtins
 import collections
+import ctypes
+import datetime
+import decimal
 import functools
 import gc
+import operator
 import random
+import re
 import sys
 import weakref
 from collections.abc import Callable, Mapping
@@ -74,6 +79,7 @@ from .nodes import (
     is_scalar,
     iterate,
     part,
+    set_items,
 )
 from .readers import ArgReader, CallReader, FixedReader, NameReader, Reader, TargetReader
 from .targets import Target
@@ -113,6 +119,30 @@ _IDENTITY_TYPES: tuple[type, ...] = (
     range,
     slice,
 )
+
+
+#: Mutable buffers whose bytes are all of their value: digested like arrays.
+_BUFFERS: tuple[type, ...] = (bytearray, array.array, ctypes.Array, ctypes.Structure)
+_BUFFERS += (ctypes.Union, ctypes._SimpleCData)
+#: Containers whose items the walk reads (a subclass adds only its attributes).
+_DATA_TYPES: tuple[type, ...] = (list, tuple, dict, collections.deque, np.ndarray)
+_DATA_TYPES += (set, frozenset, *_BUFFERS)
+#: Objects without attributes whose value never changes: checked by identity.
+_IMMUTABLE_OBJECTS: tuple[type, ...] = (
+    re.Pattern,
+    datetime.date,
+    datetime.time,
+    datetime.timedelta,
+    datetime.tzinfo,
+    decimal.Decimal,
+    operator.itemgetter,
+    operator.attrgetter,
+    operator.methodcaller,
+    type(Ellipsis),
+    type(NotImplemented),
+)
+_LRU_CACHED = type(functools.lru_cache(None)(lambda: None))
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement or at run time
 
 
 class Unguardable(Exception):
@@ -302,8 +332,10 @@ class Walker:
             raise Unguardable(f"{label} is traced by another autograd computation")
         if id(value) in self._path:  # a cycle: the same object as an enclosing one
             return Identity(label, value)
-        if t is weakref.ReferenceType:
-            target = value()
+        if t is _LRU_CACHED:
+            raise Unguardable(f"{label} is an lru_cache'd function: its cache is hidden state")
+        if isinstance(value, weakref.ReferenceType):  # (KeyedRef: a WeakValueDictionary's)
+            target = weakref.ReferenceType.__call__(value)
             inner = self.walk(MISSING if target is None else target, label)
             return WeakRefTo(label, value, inner)
         if t is MappingProxyType:  # a read-only view: its mapping is what is read
@@ -318,16 +350,18 @@ class Walker:
             if value.dtype.hasobject:
                 raise Unguardable(f"{label} is an array of Python objects")
             parts.append(Array(label, value, identity=not self._in_argument))
-        elif t is bytearray or t is array.array:
-            return Buffer(label, value)
+        elif isinstance(value, _BUFFERS):  # (subclasses: and their attributes)
+            parts.append(Buffer(label, value))
+        elif isinstance(value, ctypes._Pointer):
+            raise Unguardable(f"{label} is a ctypes pointer (what it points to is not read)")
         elif isinstance(value, (list, tuple, collections.deque)):
             parts.append(self._seq(value, label))
         elif isinstance(value, dict):
             parts.append(self._map(value, label))
-        elif t is set or t is frozenset:
-            if not all(is_key(v) for v in value):
+        elif isinstance(value, (set, frozenset)):
+            if not all(is_key(v) for v in set_items(value)):
                 raise Unguardable(f"{label} is a set of objects")
-            return ScalarSet(label, value)
+            parts.append(ScalarSet(label, value))
         elif _is_iterator(t):
             raise Unguardable(f"{label} is an iterator (reading it consumes it)")
         if t not in _PLAIN_CONTAINERS:  # an object, or a subclass with attributes of its own
@@ -503,11 +537,16 @@ class Walker:
             except AttributeError:
                 content = MISSING
             slots.append((member, self.walk(content, f"{label}.{name}")))
-        if attrs is None and not slots:
-            if isinstance(obj, (list, tuple, dict, collections.deque, np.ndarray)):
+        hidden = not cls.__flags__ & _HEAPTYPE and not isinstance(obj, _DATA_TYPES)
+        if attrs is None and (hidden or not slots):
+            if isinstance(obj, _DATA_TYPES):  # (a subclass: its items are checked already)
                 return None
-            self.guard.notes.append(f"{label} ({_type_name(cls)}) is checked by identity only")
-            return Identity(label, obj)
+            if isinstance(obj, _IMMUTABLE_OBJECTS):
+                return Identity(label, obj)
+            # A C object with state of its own (a ContextVar, a cell, an mmap...): its
+            # member descriptors, if any, are not all of it, and nothing here can tell
+            # when it changes.
+            raise Unguardable(f"{label} ({_type_name(cls)}) has state ipyrefresh cannot read")
         return Instance(label, obj, descr, attrs, tuple(slots))
 
 
