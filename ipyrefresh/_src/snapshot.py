@@ -537,11 +537,12 @@ class Walker:
             except AttributeError:
                 content = MISSING
             slots.append((member, self.walk(content, f"{label}.{name}")))
-        hidden = not cls.__flags__ & _HEAPTYPE and not isinstance(obj, _DATA_TYPES)
-        if attrs is None and (hidden or not slots):
-            if isinstance(obj, _DATA_TYPES):  # (a subclass: its items are checked already)
+        flags = type.__dict__["__flags__"].__get__(cls)  # (a metaclass may refuse reads)
+        data = issubclass(cls, _DATA_TYPES)  # (a subclass: its items are checked already)
+        if attrs is None and (not slots or not (flags & _HEAPTYPE or data)):
+            if data:
                 return None
-            if isinstance(obj, _IMMUTABLE_OBJECTS):
+            if issubclass(cls, _IMMUTABLE_OBJECTS):
                 return Identity(label, obj)
             # A C object with state of its own (a ContextVar, a cell, an mmap...): its
             # member descriptors, if any, are not all of it, and nothing here can tell
