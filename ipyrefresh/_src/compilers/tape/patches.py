@@ -102,6 +102,8 @@ class _State:
 
 def install() -> str:
     """Install the hooks (idempotent). Returns "" or why the tape cannot work here."""
+    if _State.installed:  # every build after the first: no lock to take (or to leave held:
+        return _State.broken  # Ctrl-C on the line event of a with's exit skips __exit__)
     with _State.lock:
         if _State.installed:
             return _State.broken
