@@ -31,11 +31,6 @@ from ._src.keys import Transform
 if "jax" not in compilers.available():  # pragma: no cover - depends on the environment
     raise ImportError(f"ipyrefresh.jax {compilers.UNAVAILABLE.get('jax', 'needs jax')}")
 
-# Made now, not at the first derivative: the compiler adds a JAX context of its own, and a
-# new context changes the key of every trace JAX caches, so a function the user jitted
-# before it existed would trace once more at its next call (with the code of that moment).
-compilers.get("jax")
-
 __all__ = ["elementwise_grad", "grad", "hessian", "jacobian", "jit", "value_and_grad"]
 
 

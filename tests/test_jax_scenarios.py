@@ -1567,6 +1567,9 @@ def test_handle_inside_user_jit_is_baked_in(jp: Shell) -> None:
     handle's answer for the code of that moment, as it would for jax.grad; the handle
     itself, called directly, answers for the current code."""
     jp.run("def g(x): return jnp.sin(x)\ndef h(x): return jnp.sum(g(x) ** 2)\ndh = rj.grad(h)")
+    # (A first derivative makes the JAX compiler, whose JAX context changes the key of the
+    # traces JAX caches: a function jitted before it traces once more; see the README.)
+    jp.run("dh(x)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         jp.run(
