@@ -103,6 +103,10 @@ _PLAIN_CONTAINERS = frozenset(
         collections.OrderedDict,
         collections.defaultdict,
         collections.Counter,
+        bytearray,
+        array.array,
+        set,
+        frozenset,
     }
 )
 _IDENTITY_TYPES: tuple[type, ...] = (
