@@ -353,6 +353,18 @@ def test_comprehension_over_names_still_follows_a_global_it_names(anynb: Shell) 
         check(anynb, f"ds[{i}](0.7)", "autograd.grad(h)(0.7)", what="after redefining h:")
 
 
+def test_comprehension_in_a_class_body_follows_the_global_it_names(anynb: Shell) -> None:
+    """A class body's comprehension sees globals, not the class's names (and on 3.12 an
+    inlined comprehension's f_locals is a snapshot holding both)."""
+    anynb.run(
+        "def h(x):\n    return x ** 2\n"
+        "class C:\n    def h(x):\n        return x ** 3\n    ds = [grad(h) for _ in range(2)]"
+    )
+    anynb.run("def h(x):\n    return x ** 4")
+    for i in range(2):
+        check(anynb, f"C.ds[{i}](0.7)", "autograd.grad(h)(0.7)", what="after redefining h:")
+
+
 def test_handle_made_inside_a_function_follows_global(anynb: Shell) -> None:
     anynb.run(
         "def h(x):\n    return x ** 2\n"

@@ -158,10 +158,16 @@ def _is_local(frame: FrameType, name: str) -> bool:
     code object: touching an optimized frame's ``f_locals`` would keep a snapshot of every
     local alive until 3.13), or bound in a class body's (or ``exec``'s own) namespace."""
     code = frame.f_code
-    if not code.co_flags & _CO_OPTIMIZED:  # module level, a class body, exec with locals
-        namespace = frame.f_locals  # (the namespace itself: no snapshot here)
-        return namespace is not frame.f_globals and name in namespace
-    return name in code.co_varnames or name in code.co_cellvars or name in code.co_freevars
+    if code.co_flags & _CO_OPTIMIZED:
+        return name in code.co_varnames or name in code.co_cellvars or name in code.co_freevars
+    # Module level, a class body, exec with locals: the namespace itself — except inside an
+    # inlined comprehension (PEP 709), where each read of f_locals makes a new snapshot
+    # (3.12) or proxy. There a name the comprehension does not bind (the call site's syntax
+    # tells) is global: a class body's comprehension does not see the class's names.
+    namespace = frame.f_locals
+    if namespace is not frame.f_locals:
+        return False
+    return namespace is not frame.f_globals and name in namespace
 
 
 _CO_OPTIMIZED = 0x1
