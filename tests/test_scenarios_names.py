@@ -345,9 +345,16 @@ def test_class_body_handle_follows_a_global_and_keeps_a_class_local(anynb: Shell
     check(anynb, "C.dm(0.7)", "autograd.grad(old_m)(0.7)", what="after a global m:")
 
 
-def test_comprehension_over_names_still_follows_a_global_it_names(anynb: Shell) -> None:
+@pytest.mark.parametrize(
+    "making",
+    ["ds = [grad(h) for _ in range(2)]", "exec('ds = [grad(h) for _ in range(2)]')"],
+    ids=["source", "exec'd"],
+)
+def test_comprehension_over_names_still_follows_a_global_it_names(
+    anynb: Shell, making: str
+) -> None:
     """Only the comprehension's own variable is fixed: a global named inside it is followed."""
-    anynb.run("def h(x):\n    return x ** 2\nds = [grad(h) for _ in range(2)]")
+    anynb.run("def h(x):\n    return x ** 2\n" + making)
     anynb.run("def h(x):\n    return x ** 4")
     for i in range(2):
         check(anynb, f"ds[{i}](0.7)", "autograd.grad(h)(0.7)", what="after redefining h:")

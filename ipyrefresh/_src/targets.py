@@ -178,18 +178,25 @@ def _by_identity(frame: FrameType, fun: Any) -> Target | None:
     reads and never rebinds (a loop variable, or a name a loop rebinds, is no name to
     follow), if there is exactly one."""
     ns = frame.f_globals
+    reads = frame.f_code.co_names
+    while frame.f_code.co_name in _COMPREHENSION_CODE and frame.f_back is not None:
+        frame = frame.f_back  # (before 3.12, a comprehension's own frame)
     code = frame.f_code
-    if code.co_flags & _CO_OPTIMIZED or code.co_name != "<module>" or frame.f_locals is not ns:
+    if code.co_flags & _CO_OPTIMIZED or code.co_name != "<module>" or frame.f_globals is not ns:
+        return None
+    namespace = frame.f_locals  # (a new snapshot at each read in an inlined comprehension)
+    if namespace is not ns and namespace is frame.f_locals:
         return None
     rebound = _rebound_names(code)
     names = [
         k
         for k, v in list(ns.items())
-        if v is fun and type(k) is str and k in code.co_names and k not in rebound
+        if v is fun and type(k) is str and k in reads and k not in rebound
     ]
     return NameTarget(ns, names[0]) if len(names) == 1 else None
 
 
+_COMPREHENSION_CODE = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>"})  # run at once
 _STORES = frozenset({"STORE_NAME", "STORE_GLOBAL", "DELETE_NAME", "DELETE_GLOBAL"})
 
 
