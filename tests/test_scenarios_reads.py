@@ -1207,6 +1207,59 @@ CASES = [
             ),
         ]
     ],
+    # -- modules reached through the import system ---------------------------------------
+    *[
+        Case(
+            f"imports_{name}",
+            "import importlib, sys, types\n"
+            "mA = types.ModuleType('ipyr_swapmod'); mA.S = 1.0\n"
+            "mB = types.ModuleType('ipyr_swapmod'); mB.S = 2.0\n"
+            f"sys.modules['ipyr_swapmod'] = mA\n{setup}\n"
+            "x = np.array([1.0, 2.0])\ndh = grad(f)\n",
+            change,
+        )
+        for name, setup, change in [
+            (
+                "swapped_module_under_an_import_in_the_function",
+                "def f(x):\n    import ipyr_swapmod\n    return np.sum(x * ipyr_swapmod.S)",
+                "sys.modules['ipyr_swapmod'] = mB if sys.modules['ipyr_swapmod'] is mA else mA",
+            ),
+            (
+                "swapped_module_under_a_from_import_in_the_function",
+                "def f(x):\n    from ipyr_swapmod import S\n    return np.sum(x * S)",
+                "sys.modules['ipyr_swapmod'] = mB if sys.modules['ipyr_swapmod'] is mA else mA",
+            ),
+            (
+                "import_module_attribute_changed",
+                "def f(x):\n    return np.sum(x * importlib.import_module('ipyr_swapmod').S)",
+                "sys.modules['ipyr_swapmod'].S += 1.5",
+            ),
+            (
+                "import_module_swapped",
+                "def f(x):\n    m = importlib.import_module('ipyr_swapmod')\n"
+                "    return np.sum(x * m.S)",
+                "sys.modules['ipyr_swapmod'] = mB if sys.modules['ipyr_swapmod'] is mA else mA",
+            ),
+            (
+                "module_getattr_replaced",
+                "mm = types.ModuleType('mm')\nmm.__getattr__ = lambda name: 1.0\n"
+                "def f(x):\n    return np.sum(x * mm.S)",
+                "mm.__getattr__ = lambda name, v=mm.S: v + 2.0",
+            ),
+            (
+                "module_getattr_added",
+                "mm = types.ModuleType('mm')\n"
+                "def f(x):\n    return np.sum(x * getattr(mm, 'S', 1.0))",
+                "mm.__getattr__ = lambda name, v=getattr(mm, 'S', 1.0): v + 3.0",
+            ),
+            (
+                "module_getattr_shadowed_by_a_binding",
+                "mm = types.ModuleType('mm')\nmm.__getattr__ = lambda name: 1.0\n"
+                "def f(x):\n    return np.sum(x * mm.S)",
+                "mm.S = mm.S + 4.0",
+            ),
+        ]
+    ],
     C(
         "dtype_changed_same_values",
         """
@@ -1265,6 +1318,37 @@ def test_status_after_change(ip: Shell, case: Case, modules) -> None:
 
 
 # -- scenarios that do not fit the table --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        "fractions.Fraction.__float__ = lambda self: 0.5",
+        "fractions.Fraction.__float__ = property(lambda self: lambda: 0.25)",
+        "del fractions.Fraction.__float__\nnumbers.Rational.__float__ = lambda self: 0.75",
+    ],
+    ids=["method_replaced", "property_in_its_place", "method_deleted"],
+)
+def test_a_library_class_patched(nb: Shell, patch: str) -> None:
+    """A library's Python class read through an instance: monkeypatching it changes what
+    the function computes (here the patch is undone after the test)."""
+    nb.run(
+        "import fractions, numbers\n_original_float = fractions.Fraction.__float__\n"
+        "_original_rational = numbers.Rational.__float__\n"
+        "fr = fractions.Fraction(1, 3)\n"
+        "def f(x):\n    try:\n        return np.sum(x * float(fr))\n"
+        "    except TypeError:\n        return np.sum(x * fr.numerator)\n"
+        "x = np.array([1.0, 2.0])\ndh = grad(f)"
+    )
+    try:
+        check(nb, "dh(x)", "autograd.grad(f)(x)", 2, "before the patch:")
+        nb.run(patch)
+        check(nb, "dh(x)", "autograd.grad(f)(x)", 2, f"after `{patch}`:")
+    finally:
+        nb.run(
+            "fractions.Fraction.__float__ = _original_float\n"
+            "numbers.Rational.__float__ = _original_rational"
+        )
 
 
 def test_first_build_under_prun(ip: Shell) -> None:

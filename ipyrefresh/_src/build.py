@@ -171,6 +171,8 @@ def _unread(
 
 def _dynamic(walker: Walker, log: CallLog) -> None:
     """User code that ran but that the static walk did not reach."""
+    for name in sorted(log.imports):
+        walker.imported(name)
     codes = log.codes
     for code, globs in codes.items():
         if code in walker.covered:

@@ -150,6 +150,7 @@ def _chains(ins: list[dis.Instruction]) -> set[tuple[str, ...]]:
             # pushes `a.b` itself.
             fromlist = ins[i - 1].argval if i and ins[i - 1].opname == "LOAD_CONST" else None
             module = op.argval if fromlist else op.argval.split(".")[0]
+            found.add((f"import:{module}",))  # the import answers sys.modules[module]
             j = i + 1
             path: list[str] = []
             while j < len(ins) and ins[j].opname in ("IMPORT_FROM", "LOAD_ATTR", "SWAP", "COPY"):
@@ -172,8 +173,8 @@ def _chains(ins: list[dis.Instruction]) -> set[tuple[str, ...]]:
             continue
         if name in _LOAD_GLOBAL:
             start: tuple[str, ...] | None = (op.argval,)
-        elif name in _LOAD_FAST and op.argval in imported:
-            start = imported[op.argval]
+        elif name in _LOAD_FAST and _last_loaded(op.argval) in imported:
+            start = imported[_last_loaded(op.argval)]
         else:
             start = None
         if start is not None:
@@ -190,6 +191,12 @@ def _chains(ins: list[dis.Instruction]) -> set[tuple[str, ...]]:
     if len(chain) > 1:
         found.add(tuple(chain))
     return found
+
+
+def _last_loaded(argval: Any) -> Any:
+    """The name an instruction leaves on top of the stack (3.13's ``LOAD_FAST_LOAD_FAST``
+    and ``STORE_FAST_LOAD_FAST`` name two)."""
+    return argval[-1] if type(argval) is tuple and argval else argval
 
 
 def _const_subscript(ins: list[dis.Instruction], i: int) -> str | None:

@@ -16,6 +16,7 @@ import builtins
 import contextlib
 import gc
 import importlib
+import importlib.util
 import io
 import os
 import random
@@ -48,6 +49,8 @@ class CallLog:
 
     calls: dict[tuple[CodeType | None, CodeType], dict[str, Any]] = field(default_factory=dict)
     effects: list[str] = field(default_factory=list)
+    #: Modules imported by a computed name (``importlib.import_module(name)``).
+    imports: set[str] = field(default_factory=set)
     complete: bool = True
     note: str = ""
 
@@ -65,6 +68,17 @@ class CallLog:
         key = (caller, code)
         if key not in self.calls:
             self.calls[key] = frame.f_globals
+
+    def add_import(self, frame: FrameType) -> None:
+        """``importlib.import_module(name, package)`` starting in ``frame``."""
+        loc = frame.f_locals
+        name, package = loc.get("name"), loc.get("package")
+        try:
+            resolved = importlib.util.resolve_name(name, package)  # type: ignore[arg-type]
+        except Exception:
+            self.add_effect("imports a module by a name it cannot read")
+            return
+        self.imports.add(resolved)
 
     def add_effect(self, what: str) -> None:
         if what not in self.effects:
@@ -106,6 +120,7 @@ _FUNCTIONS: dict[Any, str] = {
     builtins.input: "reads input",
     builtins.open: "opens files",
     builtins.breakpoint: "stops in a debugger",
+    builtins.__import__: "imports by calling __import__",
     os.urandom: "draws OS entropy",
     **{f: "reads the clock" for f in _CLOCK},
 }
@@ -135,6 +150,7 @@ def effect_of(fn: Any) -> str | None:
 _WARNINGS_FILE = os.path.normcase(getattr(sys.modules["warnings"], "__file__", "") or "")
 
 
+_IMPORT_MODULE = importlib.import_module.__code__
 _IMPORTLIB_DIR = os.path.dirname(os.path.normcase(importlib.__file__ or "")) + os.sep
 
 
@@ -218,6 +234,9 @@ def _profile(frame: FrameType, event: str, arg: Any) -> None:
         if is_user_frame(frame.f_code, frame.f_globals):
             for log, boundary in _active():
                 log.add_frame(frame, boundary)
+        elif frame.f_code is _IMPORT_MODULE:
+            for log, _ in _active():
+                log.add_import(frame)
     elif event == "c_call" and not _machinery(frame.f_code):
         what = effect_of(arg)
         if what is not None:
@@ -368,6 +387,12 @@ class _Monitor:
     @staticmethod
     def _start_callback(thread: int) -> Callable[[CodeType, int], Any]:
         def on_start(code: CodeType, offset: int) -> Any:
+            if code is _IMPORT_MODULE and threading.get_ident() == thread and not _in_gc():
+                frame = sys._getframe(1)
+                if frame.f_code is code:
+                    for log, _ in _active():
+                        log.add_import(frame)
+                return None
             if threading.get_ident() != thread or not is_user_code(code) or _in_gc():
                 return None
             frame = sys._getframe(1)

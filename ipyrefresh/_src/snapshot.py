@@ -219,8 +219,11 @@ class Walker:
             if i < len(args):
                 self.guard.args.append((ArgReader(i), Like(f"argument {i}", args[i])))
 
-    def global_name(self, globs: Mapping[str, Any], name: str, label: str) -> None:
-        """A name loaded by user code from ``globs`` (falling back to the builtins)."""
+    def global_name(
+        self, globs: Mapping[str, Any], name: str, label: str, builtin: bool = True
+    ) -> None:
+        """A name loaded by user code from ``globs`` (falling back to the builtins unless
+        ``builtin`` is False: a module attribute)."""
         if type(globs) is not dict:
             raise Unguardable(f"{label} is read from a namespace that is not a dict")
         key = (id(globs), name)
@@ -246,6 +249,8 @@ class Walker:
             self.env_root(NameReader(globs, name), node)
             return
         self.env_root(NameReader(globs, name), Absent(label))
+        if not builtin:
+            return
         b = dict.get(globs, "__builtins__", builtins)
         bdict = b.__dict__ if type(b) is ModuleType else b
         if type(bdict) is dict and (id(bdict), name) not in self._names:
@@ -276,6 +281,7 @@ class Walker:
         head = chain[0]
         if head.startswith("import:"):
             name = head[len("import:") :]
+            self.imported(name)
             obj: Any = sys.modules.get(name, MISSING)
             path = name
         else:
@@ -285,9 +291,30 @@ class Walker:
             if not isinstance(obj, ModuleType):
                 return  # through objects and classes, the walk of the value covers it
             ns = object.__getattribute__(obj, "__dict__")
+            if type(ns) is not dict:
+                return
             path = f"{path}.{attr}"
             self.global_name(ns, attr, path)
             obj = dict.get(ns, attr, MISSING)
+            if obj is MISSING:  # answered by the module's __getattr__ (PEP 562), if any
+                getattr_label = f"{path.rpartition('.')[0]}.__getattr__"
+                self.global_name(ns, "__getattr__", getattr_label, builtin=False)
+                return
+
+    def imported(self, name: str) -> None:
+        """A module the code imports as it runs (``import m`` in a function,
+        ``importlib.import_module('m')``): the import answers ``sys.modules[name]``, which
+        may be another module by the next call."""
+        modules = sys.modules
+        if type(modules) is not dict:
+            raise Unguardable("sys.modules is not a dict")
+        key = (id(modules), name)
+        if key in self._names:
+            return
+        self._names.add(key)
+        label = f"sys.modules[{name!r}]"
+        self.guard.labels.append(label)
+        self.env_root(NameReader(modules, name), self.walk(modules.get(name, MISSING), label))
 
     # -- values --------------------------------------------------------------------------
     def walk(self, value: Any, label: str) -> Node:
@@ -492,13 +519,14 @@ class Walker:
             for key in list(ns):
                 if type(key) is str and not (key.startswith("__") and key.endswith("__")):
                     self.global_name(ns, key, f"{prefix}.{key}")
+            self.global_name(ns, "__getattr__", f"{prefix}.__getattr__", builtin=False)
         return Identity(label, mod)
 
     def klass(self, cls: type, label: str) -> Node:
-        if _is_user_class(cls):
+        if _patchable(cls):
             self._class_root(cls, label)
         meta = type(cls)
-        if meta is not type and _is_user_class(meta):
+        if meta is not type and _patchable(meta):
             self._class_root(meta)
         return Identity(label, cls, ChangeKind.REDEFINED)
 
@@ -510,12 +538,15 @@ class Walker:
         label = label or _type_name(cls)
         dicts = []
         for c in type.__dict__["__mro__"].__get__(cls):
-            if c is object or not _is_user_class(c):
+            if c is object or not _patchable(c):
                 continue
             ns = type.__dict__["__dict__"].__get__(c)
             keys = tuple(k for k in ns if k not in ("__dict__", "__weakref__"))
             cname = label if c is cls else _type_name(c)
-            nodes = tuple(self.walk(ns[k], f"{cname}.{k}") for k in keys)
+            if _is_user_class(c):
+                nodes = tuple(self.walk(ns[k], f"{cname}.{k}") for k in keys)
+            else:  # a library's class: the same methods and data (a monkeypatch changes them)
+                nodes = tuple(Identity(f"{cname}.{k}", ns[k], ChangeKind.REDEFINED) for k in keys)
             dicts.append((c, _ClassDict(f"{cname}.__dict__", keys, nodes)))
         self.env_root(FixedReader(_weak(cls)), Class(label, cls, tuple(dicts)))
 
@@ -523,10 +554,10 @@ class Walker:
         """An object's ``__dict__`` and ``__slots__`` (its class is a root of its own).
         ``None`` for a container subclass with nothing beyond its items."""
         cls = type(obj)
-        if _is_user_class(cls):
+        if _patchable(cls):
             self._class_root(cls)
         meta = type(cls)
-        if meta is not type and _is_user_class(meta):
+        if meta is not type and _patchable(meta):
             self._class_root(meta)
         descr = _dict_descriptor(cls)
         attrs: Node | None = None
@@ -622,6 +653,12 @@ def _is_user_class(cls: type) -> bool:
         type(v) is FunctionType and codefacts.is_user_frame(v.__code__, v.__globals__)
         for v in list(ns.values())
     )
+
+
+def _patchable(cls: type) -> bool:
+    """A class whose attributes code can change: the user's, or a library's made in Python
+    (``Fraction.__float__ = ...``); not a C type (``ndarray``, ``float``), which refuses."""
+    return bool(type.__dict__["__flags__"].__get__(cls) & _HEAPTYPE) or _is_user_class(cls)
 
 
 def _dict_descriptor(cls: type) -> Any:
