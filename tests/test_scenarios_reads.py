@@ -10,6 +10,7 @@ and once more checking that ``ipyrefresh.status()`` does not call a changed entr
 from __future__ import annotations
 
 import os
+import sys
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -1318,6 +1319,35 @@ def test_status_after_change(ip: Shell, case: Case, modules) -> None:
 
 
 # -- scenarios that do not fit the table --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "import ipyr_pkg.helper as _h\n_h.S += 1.5",
+        "import types, sys\n_m = types.ModuleType('ipyr_pkg.helper'); _m.S = 7.0\n"
+        "sys.modules['ipyr_pkg'].helper = _m",
+    ],
+    ids=["attribute_changed", "submodule_replaced"],
+)
+def test_a_relative_import_inside_a_package_function(nb: Shell, modules, change: str) -> None:
+    """``from . import helper`` inside a function of the user's package."""
+    pkg = modules.dir / "ipyr_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helper.py").write_text("S = 2.0\n")
+    (pkg / "model.py").write_text(
+        "import autograd.numpy as np\n"
+        "def f(x):\n    from . import helper\n    return np.sum(x * helper.S)\n"
+    )
+    try:
+        nb.run("from ipyr_pkg.model import f\nx = np.array([1.0, 2.0])\ndh = grad(f)")
+        check(nb, "dh(x)", "autograd.grad(f)(x)", 2, "before the change:")
+        nb.run(change)
+        check(nb, "dh(x)", "autograd.grad(f)(x)", 2, f"after `{change}`:")
+    finally:
+        for name in ("ipyr_pkg", "ipyr_pkg.helper", "ipyr_pkg.model"):
+            sys.modules.pop(name, None)
 
 
 @pytest.mark.parametrize(

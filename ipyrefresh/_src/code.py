@@ -149,7 +149,10 @@ def _chains(ins: list[dis.Instruction]) -> set[tuple[str, ...]]:
             # `import a.b` (no fromlist) pushes the top package `a`; `from a.b import c`
             # pushes `a.b` itself.
             fromlist = ins[i - 1].argval if i and ins[i - 1].opname == "LOAD_CONST" else None
+            level = ins[i - 2].argval if i > 1 and ins[i - 2].opname == "LOAD_CONST" else 0
             module = op.argval if fromlist else op.argval.split(".")[0]
+            if type(level) is int and level > 0:  # `from . import m`: resolved at the walk
+                module = "." * level + module
             found.add((f"import:{module}",))  # the import answers sys.modules[module]
             j = i + 1
             path: list[str] = []

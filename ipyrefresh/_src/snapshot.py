@@ -23,6 +23,7 @@ import datetime
 import decimal
 import functools
 import gc
+import importlib.util
 import operator
 import random
 import re
@@ -281,6 +282,12 @@ class Walker:
         head = chain[0]
         if head.startswith("import:"):
             name = head[len("import:") :]
+            if name.startswith("."):  # relative to the package of the code's module
+                package = globs.get("__package__") if type(globs) is dict else None
+                try:
+                    name = importlib.util.resolve_name(name, package)
+                except Exception:
+                    raise Unguardable(f"it imports {name!r} relative to no package") from None
             self.imported(name)
             obj: Any = sys.modules.get(name, MISSING)
             path = name
