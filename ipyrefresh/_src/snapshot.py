@@ -23,6 +23,7 @@ import datetime
 import decimal
 import functools
 import gc
+import importlib.machinery
 import importlib.util
 import operator
 import random
@@ -543,7 +544,7 @@ class Walker:
         self._classes.add(id(cls))
         self._keep.append(cls)
         label = label or _type_name(cls)
-        dicts = []
+        dicts: list[tuple[type, Node]] = []
         for c in type.__dict__["__mro__"].__get__(cls):
             if c is object or not _patchable(c):
                 continue
@@ -552,9 +553,9 @@ class Walker:
             cname = label if c is cls else _type_name(c)
             if _is_user_class(c):
                 nodes = tuple(self.walk(ns[k], f"{cname}.{k}") for k in keys)
+                dicts.append((c, _ClassDict(f"{cname}.__dict__", keys, nodes)))
             else:  # a library's class: the same methods and data (a monkeypatch changes them)
-                nodes = tuple(Identity(f"{cname}.{k}", ns[k], ChangeKind.REDEFINED) for k in keys)
-            dicts.append((c, _ClassDict(f"{cname}.__dict__", keys, nodes)))
+                dicts.append((c, _LibraryClassDict(f"{cname}.__dict__", ns)))
         self.env_root(FixedReader(_weak(cls)), Class(label, cls, tuple(dicts)))
 
     def instance(self, obj: Any, label: str) -> Node | None:
@@ -591,6 +592,23 @@ class Walker:
             # when it changes.
             raise Unguardable(f"{label} ({_type_name(cls)}) has state ipyrefresh cannot read")
         return Instance(label, obj, descr, attrs, tuple(slots))
+
+
+class _LibraryClassDict(Node):
+    """A library class's namespace: the same keys bound to the very same objects (its
+    methods are the library's; a monkeypatch rebinds one). Checked in C loops."""
+
+    __slots__ = ("keys", "values")
+
+    def __init__(self, label: str, ns: Mapping[str, Any]) -> None:
+        super().__init__(label)
+        self.keys = tuple(ns)
+        self.values = tuple(ns.values())
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if tuple(value) != self.keys or not all(map(operator.is_, value.values(), self.values)):
+            return Mismatch(self.label.removesuffix(".__dict__"), ChangeKind.ATTRIBUTES_CHANGED)
+        return None
 
 
 class _ClassDict(Map):
@@ -663,9 +681,23 @@ def _is_user_class(cls: type) -> bool:
 
 
 def _patchable(cls: type) -> bool:
-    """A class whose attributes code can change: the user's, or a library's made in Python
-    (``Fraction.__float__ = ...``); not a C type (``ndarray``, ``float``), which refuses."""
-    return bool(type.__dict__["__flags__"].__get__(cls) & _HEAPTYPE) or _is_user_class(cls)
+    """A class whose methods code can change: the user's, or a library's written in Python
+    (``Fraction.__float__ = ...``); not a C type (``ndarray``, ``float``), which refuses,
+    nor an extension's (jax's ``ArrayImpl``): its internals are the library's own."""
+    if _is_user_class(cls):
+        return True
+    if not type.__dict__["__flags__"].__get__(cls) & _HEAPTYPE:
+        return False
+    ns = type.__dict__["__dict__"].__get__(cls)
+    module = sys.modules.get(ns.get("__module__"))
+    file = getattr(module, "__file__", None) if isinstance(module, ModuleType) else None
+    if type(file) is str and file.endswith(_EXTENSION_SUFFIXES):
+        return False  # a class of an extension module (methods jax adds to its ArrayImpl)
+    return any(type(v) in _PYTHON_METHODS for v in list(ns.values()))
+
+
+_PYTHON_METHODS = frozenset({FunctionType, property, staticmethod, classmethod})
+_EXTENSION_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 
 
 def _dict_descriptor(cls: type) -> Any:
