@@ -1200,6 +1200,49 @@ CASES = [
                 "aa[0] += 4",
             ),
             (
+                "numpy_record_view",
+                "sarr = onp.zeros(1, dtype=[('a', 'f8')]); sarr['a'] = 2.0; rec = sarr[0]",
+                "rec['a']",
+                "sarr['a'][0] += 3.0",
+            ),
+            (
+                "int_subclass_with_attributes",
+                "class I(int):\n    pass\nk = I(2)",
+                "k",
+                "k = I(k + 1)",
+            ),
+            (
+                "bytes_subclass_with_attributes",
+                "class Bs(bytes):\n    pass\nbs = Bs(b'a')",
+                "(2.0 if bs == b'a' else 3.0)",
+                "bs = Bs(b'b' if bs == b'a' else b'a')",
+            ),
+            (
+                "set_negative_zero",
+                "SS = {0.0}",
+                "onp.copysign(1.0, next(iter(SS)))",
+                "_z = next(iter(SS)); SS.clear(); SS.add(-_z)",
+            ),
+            (
+                "set_bool_for_int",
+                "SS = {1}",
+                "(2.0 if type(next(iter(SS))) is bool else 3.0)",
+                "_v = next(iter(SS)); SS.clear(); SS.add(int(_v) if type(_v) is bool else True)",
+            ),
+            (
+                "frozenset_negative_zero",
+                "FS = frozenset({0.0})",
+                "onp.copysign(1.0, next(iter(FS)))",
+                "FS = frozenset({-next(iter(FS))})",
+            ),
+            (
+                "list_subclass_with_its_own_iteration",
+                "class SV(list):\n    def __iter__(self):\n"
+                "        return iter(sorted(list.__iter__(self)))\nLS = SV([1.0, 2.0])",
+                "LS[0]",
+                "LS[0], LS[1] = LS[1], LS[0]",
+            ),
+            (
                 "lru_cached_helper",
                 "import functools\nG = 1.0\n@functools.lru_cache(None)\n"
                 "def helper():\n    return G",
@@ -1351,23 +1394,31 @@ def test_a_relative_import_inside_a_package_function(nb: Shell, modules, change:
 
 
 @pytest.mark.parametrize(
+    "read",
+    ["float(fr)", "float(fractions.Fraction(1, 3) + 0)"],
+    ids=["through_an_instance", "through_the_module"],
+)
+@pytest.mark.parametrize(
     "patch",
     [
         "fractions.Fraction.__float__ = lambda self: 0.5",
         "fractions.Fraction.__float__ = property(lambda self: lambda: 0.25)",
-        "del fractions.Fraction.__float__\nnumbers.Rational.__float__ = lambda self: 0.75",
+        "if '__float__' in vars(fractions.Fraction):\n    del fractions.Fraction.__float__\n"
+        "numbers.Rational.__float__ = lambda self: 0.75",
+        "fractions.Fraction.__add__ = lambda a, b: fractions.Fraction(7)",
     ],
-    ids=["method_replaced", "property_in_its_place", "method_deleted"],
+    ids=["method_replaced", "property_in_its_place", "method_deleted", "operator_replaced"],
 )
-def test_a_library_class_patched(nb: Shell, patch: str) -> None:
-    """A library's Python class read through an instance: monkeypatching it changes what
-    the function computes (here the patch is undone after the test)."""
+def test_a_library_class_patched(nb: Shell, read: str, patch: str) -> None:
+    """A library's Python class read through an instance or named through its module:
+    monkeypatching it changes what the function computes (undone after the test)."""
     nb.run(
-        "import fractions, numbers\n_original_float = fractions.Fraction.__float__\n"
-        "_original_rational = numbers.Rational.__float__\n"
-        "fr = fractions.Fraction(1, 3)\n"
-        "def f(x):\n    try:\n        return np.sum(x * float(fr))\n"
-        "    except TypeError:\n        return np.sum(x * fr.numerator)\n"
+        "import fractions, numbers\n"
+        "_originals = [(c, n, vars(c).get(n)) for c, n in ((fractions.Fraction, '__float__'),"
+        " (fractions.Fraction, '__add__'), (numbers.Rational, '__float__'))]\n"
+        "fr = fractions.Fraction(1, 3) + 0\n"
+        f"def f(x):\n    try:\n        return np.sum(x * {read})\n"
+        "    except TypeError:\n        return np.sum(x * 2.0)\n"
         "x = np.array([1.0, 2.0])\ndh = grad(f)"
     )
     try:
@@ -1376,8 +1427,9 @@ def test_a_library_class_patched(nb: Shell, patch: str) -> None:
         check(nb, "dh(x)", "autograd.grad(f)(x)", 2, f"after `{patch}`:")
     finally:
         nb.run(
-            "fractions.Fraction.__float__ = _original_float\n"
-            "numbers.Rational.__float__ = _original_rational"
+            "for _c, _n, _o in _originals:\n"
+            "    if _o is not None:\n        setattr(_c, _n, _o)\n"
+            "    elif _n in vars(_c):\n        delattr(_c, _n)"
         )
 
 

@@ -782,3 +782,49 @@ x = np.array([0.1, 0.37, -2.3], dtype=np.float32)
     check(anynb, "dh(x)", "autograd.grad(f)(x)", 3)
     anynb.run("x = x.astype(np.float64)")
     check(anynb, "dh(x)", "autograd.grad(f)(x)", 3)
+
+
+# -- errors inside primitives, caught by the function ----------------------------------------
+
+CAUGHT = {
+    "cholesky": (
+        "def f(x):\n    try:\n        return np.sum(np.linalg.cholesky(np.diag(x)))\n"
+        "    except onp.linalg.LinAlgError:\n        return np.sum(x * 3.0)",
+        "onp.array([-1.0, 2.0])",
+        "onp.array([1.0, 2.0])",
+    ),
+    "inverse_of_a_singular_matrix": (
+        "def f(x):\n    try:\n        return np.sum(np.linalg.inv(np.diag(x)))\n"
+        "    except onp.linalg.LinAlgError:\n        return np.sum(x ** 2)",
+        "onp.array([0.0, 2.0])",
+        "onp.array([1.0, 2.0])",
+    ),
+    "errstate_raise": (
+        "def f(x):\n    try:\n        with onp.errstate(divide='raise'):\n"
+        "            return np.sum(np.log(x))\n"
+        "    except FloatingPointError:\n        return np.sum(x * 3.0)",
+        "onp.array([0.0, 2.0])",
+        "onp.array([1.0, 2.0])",
+    ),
+    "warnings_recorded": (
+        "import warnings\n"
+        "def f(x):\n    with warnings.catch_warnings(record=True) as w:\n"
+        "        warnings.simplefilter('always')\n        y = np.sum(np.sqrt(x))\n"
+        "    return np.sum(x * 3.0) if w else y",
+        "onp.array([-1.0, 2.0])",
+        "onp.array([1.0, 2.0])",
+    ),
+}
+
+
+@pytest.mark.parametrize("first", ["failing_input_first", "working_input_first"])
+@pytest.mark.parametrize("case", list(CAUGHT), ids=list(CAUGHT))
+def test_an_error_the_function_catches(anynb: Shell, case: str, first: str) -> None:
+    """What raises inside a primitive depends on the input (and on numpy's error and
+    warning settings, which the function may change as it runs): a replay of one run
+    cannot stand for the other branch, nor raise where autograd's run catches."""
+    source, failing, working = CAUGHT[case]
+    anynb.run(source + "\ndh = grad(f)")
+    order = [failing, working] if first == "failing_input_first" else [working, failing]
+    for x in order * 2:
+        check(anynb, f"dh({x})", f"autograd.grad(f)({x})", 2, f"at {x}:")

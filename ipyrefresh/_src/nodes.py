@@ -63,7 +63,9 @@ class Mismatch:
 
 def is_scalar(v: Any) -> bool:
     t = type(v)
-    return t in SCALAR_TYPES or (issubclass(t, np.generic) and t is not np.object_)
+    return t in SCALAR_TYPES or (
+        issubclass(t, np.generic) and t is not np.object_ and not issubclass(t, np.void)
+    )  # (a structured array's record, np.void, is a view of the array's memory)
 
 
 def is_key(v: Any) -> bool:
@@ -347,12 +349,12 @@ class ScalarSeq(Node):
     def __init__(self, label: str, seq: Any) -> None:
         super().__init__(label)
         self.type = type(seq)
-        self.values = tuple(seq)
+        self.values = tuple(_iterate(seq))
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
         if type(value) is not self.type:
             return self.fail(value)
-        items = tuple(value) if self.type is not tuple else value
+        items = tuple(_iterate(value)) if self.type is not tuple else value
         if not same_scalars(items, self.values):
             return Mismatch(self.label, ChangeKind.MUTATED)
         return None
@@ -425,22 +427,67 @@ def set_items(value: set[Any] | frozenset[Any]) -> list[Any]:
 class ScalarSet(Node):
     """A set or frozenset of scalars."""
 
-    __slots__ = ("type", "values")
+    __slots__ = ("tags", "type", "values")
 
     def __init__(self, label: str, values: Any) -> None:
         super().__init__(label)
         self.type = type(values)
-        self.values = frozenset(set_items(values))
+        items = set_items(values)
+        self.values = frozenset(items)
+        self.tags = _number_tags(items)
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
         if type(value) is not self.type:
             return self.fail(value)
         items = set_items(value)
-        if len(items) != len(self.values) or not all(is_scalar(v) for v in items):
+        if len(items) != len(self.values) or not all(is_key(v) for v in items):
             return Mismatch(self.label, ChangeKind.MUTATED)
-        if frozenset(items) != self.values:
+        if frozenset(items) != self.values or _number_tags(items) != self.tags:
             return Mismatch(self.label, ChangeKind.MUTATED)
         return None
+
+
+def _number_tags(items: list[Any]) -> frozenset[tuple[type, str]]:
+    """Set equality holds 1 == 1.0 == True and 0.0 == -0.0 the same; the type and exact
+    text of each item that is not a str or bytes tell them apart."""
+    return frozenset(
+        (type(v), repr(v)) for v in items if type(v) is not str and type(v) is not bytes
+    )
+
+
+class BaseValue(Node):
+    """The value of an int, float, str, bytes or complex subclass's instance (its
+    attributes are an :class:`Instance` of their own), read with the base type's C code."""
+
+    __slots__ = ("args", "base")
+
+    def __init__(self, label: str, value: Any, base: type) -> None:
+        super().__init__(label)
+        self.base = base
+        self.args = base.__getnewargs__(value)  # type: ignore[attr-defined]
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if not isinstance(value, self.base):
+            return self.fail(value)
+        args = self.base.__getnewargs__(value)  # type: ignore[attr-defined]
+        return None if same_scalar(args, self.args) else self.fail(value)
+
+
+class Record(Node):
+    """A numpy record (``np.void``): a view of its structured array's memory, compared by
+    dtype and bytes."""
+
+    __slots__ = ("data", "dtype")
+
+    def __init__(self, label: str, value: Any) -> None:
+        super().__init__(label)
+        self.dtype = value.dtype
+        self.data = value.tobytes()
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if type(value) is not np.void or value.dtype != self.dtype:
+            return self.fail(value)
+        return None if value.tobytes() == self.data else Mismatch(self.label, ChangeKind.MUTATED)
 
 
 class Instance(Node):

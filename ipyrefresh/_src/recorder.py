@@ -23,6 +23,7 @@ import random
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -127,6 +128,31 @@ _FUNCTIONS: dict[Any, str] = {
 if hasattr(os, "getrandom"):
     _FUNCTIONS[os.getrandom] = "draws OS entropy"
 _DATETIME_NOW = {"now", "utcnow", "today", "fromtimestamp"}
+
+
+def _python_effects() -> dict[CodeType, str]:
+    """Python functions that change how the primitives' own errors and warnings come out
+    while the function runs (``with np.errstate(divide='raise')``, ``catch_warnings``):
+    what a replay would skip. Counted only when user code calls them."""
+    import numpy as np
+
+    found: dict[CodeType, str] = {}
+    numeric = "changes numpy's floating-point error handling while it runs"
+    for fn, what in (
+        (getattr(getattr(np, "errstate", None), "__enter__", None), numeric),
+        (getattr(np, "seterr", None), numeric),
+        (getattr(np, "seterrcall", None), numeric),
+        (warnings.catch_warnings.__enter__, "catches or filters warnings while it runs"),
+        (warnings.simplefilter, "catches or filters warnings while it runs"),
+        (warnings.filterwarnings, "catches or filters warnings while it runs"),
+    ):
+        code = getattr(fn, "__code__", None)
+        if type(code) is CodeType:
+            found[code] = what
+    return found
+
+
+_PY_EFFECTS = _python_effects()
 
 
 def effect_of(fn: Any) -> str | None:
@@ -237,11 +263,21 @@ def _profile(frame: FrameType, event: str, arg: Any) -> None:
         elif frame.f_code is _IMPORT_MODULE:
             for log, _ in _active():
                 log.add_import(frame)
+        elif frame.f_code in _PY_EFFECTS:
+            _python_effect(frame)
     elif event == "c_call" and not _machinery(frame.f_code):
         what = effect_of(arg)
         if what is not None:
             for log, _ in _active():
                 log.add_effect(what)
+
+
+def _python_effect(frame: FrameType) -> None:
+    """One of :data:`_PY_EFFECTS` starts in ``frame``: an effect if user code called it."""
+    caller = frame.f_back
+    if caller is not None and is_user_code(caller.f_code):
+        for log, _ in _active():
+            log.add_effect(_PY_EFFECTS[frame.f_code])
 
 
 def reset_if_idle() -> None:
@@ -387,11 +423,15 @@ class _Monitor:
     @staticmethod
     def _start_callback(thread: int) -> Callable[[CodeType, int], Any]:
         def on_start(code: CodeType, offset: int) -> Any:
-            if code is _IMPORT_MODULE and threading.get_ident() == thread and not _in_gc():
+            if (code is _IMPORT_MODULE or code in _PY_EFFECTS) and not _in_gc():
                 frame = sys._getframe(1)
-                if frame.f_code is code:
+                if threading.get_ident() != thread or frame.f_code is not code:
+                    return None
+                if code is _IMPORT_MODULE:
                     for log, _ in _active():
                         log.add_import(frame)
+                else:
+                    _python_effect(frame)
                 return None
             if threading.get_ident() != thread or not is_user_code(code) or _in_gc():
                 return None

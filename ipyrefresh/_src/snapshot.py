@@ -55,6 +55,7 @@ from .nodes import (
     AllOf,
     Arity,
     Array,
+    BaseValue,
     BoundBuiltin,
     Buffer,
     Cell,
@@ -69,6 +70,7 @@ from .nodes import (
     Mismatch,
     Node,
     Primitive,
+    Record,
     Rule,
     Scalar,
     ScalarSeq,
@@ -132,6 +134,7 @@ _BUFFERS: tuple[type, ...] = (bytearray, array.array, ctypes.Array, ctypes.Struc
 _BUFFERS += (ctypes.Union, ctypes._SimpleCData)
 #: Containers whose items the walk reads (a subclass adds only its attributes).
 _DATA_TYPES: tuple[type, ...] = (list, tuple, dict, collections.deque, np.ndarray)
+_SCALAR_BASES: tuple[type, ...] = (int, float, complex, str, bytes)
 _DATA_TYPES += (set, frozenset, *_BUFFERS)
 #: Objects without attributes whose value never changes: checked by identity.
 _IMMUTABLE_OBJECTS: tuple[type, ...] = (
@@ -236,12 +239,14 @@ class Walker:
         value = dict.get(globs, name, MISSING)
         self.guard.labels.append(label)
         if value is not MISSING:
-            if callable(value) and _library_namespace(globs) and not _user_function(value):
+            if isinstance(value, type) and _library_namespace(globs):
+                node: Node = self.klass(value, label)  # (a library's class can be patched)
+            elif callable(value) and _library_namespace(globs) and not _user_function(value):
                 # jnp.sin, np.random.rand...: a library's own callables are what they are;
                 # their internals (caches, compiled traces) are not what user code reads.
                 # An autograd primitive's rule is part of it (``defvjp(np.cos, ...)``),
                 # read or not by this run: the code names it.
-                node: Node = (
+                node = (
                     Primitive(label, value)
                     if _has_rule(value)
                     else Identity(label, value, ChangeKind.REDEFINED)
@@ -389,6 +394,13 @@ class Walker:
             if value.dtype.hasobject:
                 raise Unguardable(f"{label} is an array of Python objects")
             parts.append(Array(label, value, identity=not self._in_argument))
+        elif t is np.void:
+            if value.dtype.hasobject:
+                raise Unguardable(f"{label} is a record holding Python objects")
+            return Record(label, value)
+        elif isinstance(value, _SCALAR_BASES):  # a subclass of int, str...: its value
+            base = next(b for b in _SCALAR_BASES if isinstance(value, b))
+            parts.append(BaseValue(label, value, base))
         elif isinstance(value, _BUFFERS):  # (subclasses: and their attributes)
             parts.append(Buffer(label, value))
         elif isinstance(value, ctypes._Pointer):

@@ -43,13 +43,20 @@ class TapeVariant:
 
     def run(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         compiled = self._compiled
-        if compiled is not None:
+        if compiled is None:
+            if self._fallback is None:
+                self._compile()
+            compiled = self._compiled
+            if compiled is None:
+                return self._fallback(fn, args, kwargs)
+        try:
             return compiled.run(args, kwargs)
-        if self._fallback is None:
-            self._compile()
-            if self._compiled is not None:
-                return self._compiled.run(args, kwargs)
-        return self._fallback(fn, args, kwargs)
+        except Exception:
+            # A primitive raised for these inputs (a Cholesky factor of a matrix that is
+            # not positive definite...): the function, run by autograd, may catch it.
+            # autograd's answer, or its error, is the answer.
+            self.note = "a replay raised an error; autograd answered that call"
+            return plain(self._request)(fn, args, kwargs)
 
     def _compile(self) -> None:
         """Generate the replay, once (threads calling the handle may race to its first
@@ -104,6 +111,7 @@ class TapeCompiler:
             return Traced(reference(fn, request, args, kwargs), unsupported=broken)
         tape = Tape()
         result = transform(request.transform, tape)(fn, request.argnum)(*args, **kwargs)
+        tape.finish()
         tape.own_argument_arrays(args, kwargs)
         prims = [op.fun for op in tape.ops]
         prims += [e.fun for e in tape.events if type(e) is OpGuard]

@@ -48,8 +48,6 @@ class _NotraceSpy:
     """Stands in for ``notrace_primitives[TapeNode]``; see the module docstring."""
 
     def __contains__(self, f: Any) -> bool:
-        if f not in notrace_primitives[VJPNode]:
-            return False
         frame = sys._getframe(1)
         loc = frame.f_locals
         try:
@@ -58,6 +56,9 @@ class _NotraceSpy:
         except (KeyError, IndexError, AttributeError, TypeError):
             _State.broken = "cannot read autograd's primitive call (unknown autograd version)"
             return True
+        if f not in notrace_primitives[VJPNode]:
+            tape.pending.append(f)  # its TapeNode takes it off, unless the call raises
+            return False
         if f in _STATIC:
             return True
         if any(isinstance(a, Box) for a in argvals):
@@ -66,6 +67,7 @@ class _NotraceSpy:
         try:
             value = f.fun(*argvals, **kwargs)
         except Exception:  # the real call raises the same error a moment later
+            tape.note(f"the function catches an error raised by {getattr(f, '__name__', '?')}")
             return True
         argnums = tuple(pos for pos, _ in boxed)
         parents = tuple(b._node.slot for _, b in boxed)

@@ -88,6 +88,9 @@ class Tape:
     #: id of a constant array -> the tape's own copy (arrays sharing memory with an
     #: argument: the caller may change the argument after the call).
     owned: dict[int, Any] = field(default_factory=dict)
+    #: Primitives called on traced values whose result is not recorded yet: one left
+    #: behind raised, and the function went on (it caught the error).
+    pending: list[Any] = field(default_factory=list)
 
     def own_argument_arrays(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Copy, as they are now, the constants that are (views of) argument arrays."""
@@ -111,6 +114,13 @@ class Tape:
     def add(self, value: Any) -> int:
         self.values.append(value)
         return len(self.values) - 1
+
+    def finish(self) -> None:
+        """The trace ended: a primitive whose call never completed raised an error that
+        the function caught (a replay cannot know which inputs raise)."""
+        if self.pending:
+            self.note(f"the function catches an error raised by {_name_of(self.pending[-1])}")
+            self.pending.clear()
 
     def note(self, reason: str) -> None:
         if not self.unsupported:
@@ -152,6 +162,11 @@ class TapeNode(VJPNode):
         super().__init__(value, fun, args, kwargs, parent_argnums, parents)
         tape = parents[0].tape
         self.tape = tape
+        pending = tape.pending
+        if pending and pending[-1] is fun:
+            pending.pop()
+        else:
+            tape.note(f"the function catches an error raised by {_name_of(fun)}")
         self.slot = tape.add(value)
         _check_constants(tape, fun, args, kwargs, parent_argnums)
         tape.events.append(
