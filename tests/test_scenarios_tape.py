@@ -828,3 +828,34 @@ def test_an_error_the_function_catches(anynb: Shell, case: str, first: str) -> N
     order = [failing, working] if first == "failing_input_first" else [working, failing]
     for x in order * 2:
         check(anynb, f"dh({x})", f"autograd.grad(f)({x})", 2, f"at {x}:")
+
+
+STRUCTURAL = {
+    "unpacking_a_list_of_parameters": (
+        "def f(p, X):\n    W, b = p\n    return np.sum(np.tanh(np.dot(X, W) + b))",
+        "[onp.ones((3, 2)), onp.zeros(2)], onp.arange(6.0).reshape(2, 3)",
+    ),
+    "iterating_over_an_array": (
+        "def f(x, X):\n    s = 0.0\n    for row in x:\n        s = s + np.sum(row * X)\n"
+        "    return s",
+        "onp.ones((3, 2)), onp.arange(2.0)",
+    ),
+    "a_missing_key_caught": (
+        "def f(p, X):\n    try:\n        s = p['scale']\n    except KeyError:\n        s = 1.0\n"
+        "    return np.sum(p['w'] * X) * s",
+        "{'w': onp.ones(2)}, onp.arange(2.0)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(STRUCTURAL), ids=list(STRUCTURAL))
+def test_errors_that_end_an_iteration_keep_the_tape(nb: Shell, case: str) -> None:
+    """Unpacking and iterating boxes ends with an IndexError inside a primitive, and a
+    missing key with a KeyError: what the cache key fixes decides them, so the tape
+    replays (and answers as autograd)."""
+    source, args = STRUCTURAL[case]
+    nb.run(source + f"\n_args = ({args})\ndh = grad(f)")
+    check(nb, "dh(*_args)", "autograd.grad(f)(*_args)", 3)
+    entries = [e for e in nb.run("ipyrefresh.status()['entries']") if e["name"] == "grad(f)"]
+    assert [e["fallback"] for e in entries] == [""], entries
+    assert entries[0]["runs"][0].startswith("tape"), entries

@@ -57,8 +57,8 @@ class _NotraceSpy:
             _State.broken = "cannot read autograd's primitive call (unknown autograd version)"
             return True
         if f not in notrace_primitives[VJPNode]:
-            tape.pending.append(f)  # its TapeNode takes it off, unless the call raises
-            return False
+            tape.pending.append((f, argvals, kwargs))  # its TapeNode takes it off, unless
+            return False  # the call raises
         if f in _STATIC:
             return True
         if any(isinstance(a, Box) for a in argvals):

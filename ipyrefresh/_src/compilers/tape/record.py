@@ -88,9 +88,9 @@ class Tape:
     #: id of a constant array -> the tape's own copy (arrays sharing memory with an
     #: argument: the caller may change the argument after the call).
     owned: dict[int, Any] = field(default_factory=dict)
-    #: Primitives called on traced values whose result is not recorded yet: one left
-    #: behind raised, and the function went on (it caught the error).
-    pending: list[Any] = field(default_factory=list)
+    #: Primitive calls on traced values whose result is not recorded yet (primitive,
+    #: argument values, keywords): one left behind raised, and the function went on.
+    pending: list[tuple[Any, Any, Any]] = field(default_factory=list)
 
     def own_argument_arrays(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Copy, as they are now, the constants that are (views of) argument arrays."""
@@ -115,12 +115,37 @@ class Tape:
         self.values.append(value)
         return len(self.values) - 1
 
+    def completed(self, fun: Any) -> None:
+        """``fun``'s call returned. Calls above it on the stack never did: they raised,
+        and the function caught the error."""
+        pending = self.pending
+        if not any(call[0] is fun for call in pending):
+            return  # (not a call the hook saw begin)
+        while True:
+            call = pending.pop()
+            if call[0] is fun:
+                return
+            self._raised(call)
+
     def finish(self) -> None:
-        """The trace ended: a primitive whose call never completed raised an error that
-        the function caught (a replay cannot know which inputs raise)."""
-        if self.pending:
-            self.note(f"the function catches an error raised by {_name_of(self.pending[-1])}")
-            self.pending.clear()
+        """The trace ended: calls that never completed raised errors the function caught."""
+        while self.pending:
+            self._raised(self.pending.pop())
+
+    def _raised(self, call: tuple[Any, Any, Any]) -> None:
+        """A call that raised an error the function caught. The end of an iteration
+        (``IndexError`` past a box's last item) and a missing key depend on what the
+        cache key fixes; any other error may depend on the values (a Cholesky factor, a
+        singular matrix, numpy's error state): a replay of one run cannot stand for
+        another."""
+        fun, argvals, kwargs = call
+        try:
+            fun.fun(*argvals, **kwargs)
+        except (IndexError, KeyError):
+            return
+        except Exception:
+            pass
+        self.note(f"the function catches an error raised by {_name_of(fun)}")
 
     def note(self, reason: str) -> None:
         if not self.unsupported:
@@ -162,11 +187,7 @@ class TapeNode(VJPNode):
         super().__init__(value, fun, args, kwargs, parent_argnums, parents)
         tape = parents[0].tape
         self.tape = tape
-        pending = tape.pending
-        if pending and pending[-1] is fun:
-            pending.pop()
-        else:
-            tape.note(f"the function catches an error raised by {_name_of(fun)}")
+        tape.completed(fun)
         self.slot = tape.add(value)
         _check_constants(tape, fun, args, kwargs, parent_argnums)
         tape.events.append(
