@@ -1297,6 +1297,17 @@ CASES = [
                 "mm.__getattr__ = lambda name, v=getattr(mm, 'S', 1.0): v + 3.0",
             ),
             (
+                "library_module_attribute_through_an_alias",
+                "import colorsys\ndef f(x):\n    m = colorsys\n    return np.sum(x * m.ONE_THIRD)",
+                "colorsys.ONE_THIRD = 0.5 if colorsys.ONE_THIRD != 0.5 else 1.0 / 3.0",
+            ),
+            (
+                "library_module_attribute_through_getattr",
+                "import colorsys\n"
+                "def f(x):\n    return np.sum(x * getattr(colorsys, 'ONE_THIRD', 1.0))",
+                "colorsys.ONE_THIRD = 0.5 if colorsys.ONE_THIRD != 0.5 else 1.0 / 3.0",
+            ),
+            (
                 "module_getattr_shadowed_by_a_binding",
                 "mm = types.ModuleType('mm')\nmm.__getattr__ = lambda name: 1.0\n"
                 "def f(x):\n    return np.sum(x * mm.S)",

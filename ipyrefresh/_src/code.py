@@ -169,6 +169,11 @@ def _chains(ins: list[dis.Instruction]) -> set[tuple[str, ...]]:
                 j += 1
             if j < len(ins) and ins[j].opname in _STORE_LOCAL and not path:
                 imported.setdefault(ins[j].argval, (f"import:{module}",))
+    ops = [op for op in ins if op.opname not in _CHAIN_SKIP]
+    for i, op in enumerate(ops[:-1]):  # `m = mod`: an alias of a global (a module)
+        if op.opname in _LOAD_GLOBAL and ops[i + 1].opname == "STORE_FAST":
+            imported.setdefault(ops[i + 1].argval, (op.argval,))
+    found |= _getattr_chains(ops, imported)
     chain: list[str] = []
     for op in ins:
         name = op.opname
@@ -193,6 +198,31 @@ def _chains(ins: list[dis.Instruction]) -> set[tuple[str, ...]]:
         chain = []
     if len(chain) > 1:
         found.add(tuple(chain))
+    return found
+
+
+def _getattr_chains(
+    ops: list[dis.Instruction], imported: dict[str, tuple[str, ...]]
+) -> set[tuple[str, ...]]:
+    """``getattr(mod, 'name'[, default])`` with a constant name: the chain ``mod.name``."""
+    found: set[tuple[str, ...]] = set()
+    for i, op in enumerate(ops[:-3]):
+        if op.opname not in _LOAD_GLOBAL or op.argval != "getattr":
+            continue
+        obj, attr = ops[i + 1], ops[i + 2]
+        if obj.opname in _LOAD_GLOBAL:
+            start: tuple[str, ...] | None = (obj.argval,)
+        elif obj.opname in _LOAD_FAST:
+            start = imported.get(_last_loaded(obj.argval))
+        else:
+            start = None
+        if start is None or attr.opname != "LOAD_CONST" or type(attr.argval) is not str:
+            continue
+        j = i + 3
+        if ops[j].opname == "LOAD_CONST":  # a default
+            j += 1
+        if j < len(ops) and ops[j].opname in _CALL and ops[j].argval in (2, 3):
+            found.add((*start, attr.argval))
     return found
 
 
