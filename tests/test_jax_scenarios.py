@@ -1747,3 +1747,66 @@ def test_disable_jit_context(jp: Shell) -> None:
     assert not differ(jp.ns["_got"], jp.ns["_want"])
     jp.run("a = 4.0")
     check(jp, "(dh(x), jh(x))", "(jax.grad(h)(x), h(x))")
+
+
+# -- found by an adversarial hunt: static arguments, pytree meta fields, PRNG settings ------
+
+
+@pytest.mark.parametrize(
+    "cfg_class, change",
+    [
+        ("class Cfg:\n    def __init__(s, k):\n        s.k = k\n", "cfg.k = cfg.k + 5.0"),
+        (
+            "class Cfg:\n    def __init__(s, k):\n        s.ks = [k]\n"
+            "    k = property(lambda s: s.ks[0])\n"
+            "    def __hash__(s):\n        return 1\n"
+            "    def __eq__(s, o):\n        return type(o) is Cfg and o.ks == s.ks\n",
+            "cfg.ks[0] += 3.0",
+        ),
+    ],
+    ids=["identity_hash", "value_hash_over_a_list"],
+)
+def test_rj_jit_static_argument_changed_in_place(jp: Shell, cfg_class: str, change: str) -> None:
+    """jax.jit keys a static argument by hash and ==, which an object changed in place
+    still passes: rj.jit answers what the unjitted step answers now."""
+    jp.run(
+        cfg_class + "cfg = Cfg(2.0)\n"
+        "def step(x, cfg):\n    return x * cfg.k\n"
+        "J = rj.jit(step, static_argnums=1)"
+    )
+    check(jp, "J(x, cfg)", "step(x, cfg)", what="before the change")
+    for _ in range(2):
+        jp.run(change)
+        check(jp, "J(x, cfg)", "step(x, cfg)", what=f"after `{change}`")
+
+
+def test_pytree_meta_field_changed_in_place(jp: Shell) -> None:
+    """A register_dataclass meta field holding a user object: the treedef compares it
+    with ==, so jax.jit keeps the old trace; the handle must not."""
+    jp.run(
+        "import dataclasses\n"
+        "class Aux:\n    def __init__(s, k):\n        s.k = k\n"
+        "@dataclasses.dataclass\nclass Q:\n    w: object\n    aux: object\n"
+        "jax.tree_util.register_dataclass(Q, data_fields=['w'], meta_fields=['aux'])\n"
+        "def fQ(q, x):\n    return jnp.sum(jnp.sin(q.w * x) * q.aux.k)\n"
+        "qq = Q(jnp.ones(3), Aux(2.0))\ndfQ = rj.grad(fQ)"
+    )
+    check(jp, "dfQ(qq, x).w", "jax.grad(fQ)(qq, x).w", what="before the change")
+    for k in (5.0, 7.0):
+        jp.run(f"qq.aux.k = {k}")
+        check(jp, "dfQ(qq, x).w", "jax.grad(fQ)(qq, x).w", what=f"after qq.aux.k = {k}")
+
+
+def test_default_prng_implementation_changed(jp: Shell) -> None:
+    """jax.jit's cache does not key on jax_default_prng_impl; the handle's guard does."""
+    old = jax.config.jax_default_prng_impl
+    try:
+        jp.run(
+            "def rl(x):\n    k = jax.random.PRNGKey(0)\n"
+            "    return jnp.sum(x * jax.random.normal(k, x.shape))\ndrl = rj.grad(rl)"
+        )
+        check(jp, "drl(x)", "jax.grad(rl)(x)", what="threefry")
+        jp.run("jax.config.update('jax_default_prng_impl', 'rbg')")
+        check(jp, "drl(x)", "jax.grad(rl)(x)", what="rbg")
+    finally:
+        jax.config.update("jax_default_prng_impl", old)

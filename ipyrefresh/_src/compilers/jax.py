@@ -34,13 +34,19 @@ from jax._src.array import ArrayImpl as _ArrayImpl
 from ..code import unread_arguments
 from ..guard import Guard
 from ..keys import Transform
-from ..nodes import Scalar
-from ..readers import FixedReader
+from ..nodes import MISSING, Scalar, is_key
+from ..readers import ArgReader, FixedReader, Reader
+from ..snapshot import Unguardable, Walker
 from .base import Miss, PythonVariant, Request, Traced, Variant
 
 _STATIC_TYPES = (int, float, complex, bool, str, bytes, type(None))
 #: JAX settings that change what a trace computes.
-_CONFIG = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_rank_promotion")
+_CONFIG = (
+    "jax_enable_x64",
+    "jax_default_matmul_precision",
+    "jax_numpy_rank_promotion",
+    "jax_default_prng_impl",  # (jax.jit's own cache does not key on it)
+)
 
 #: Errors of code that needs a concrete value where ``jax.jit`` gives it a tracer.
 NEEDS_CONCRETE: tuple[type[BaseException], ...] = (
@@ -125,6 +131,56 @@ def _config_guard() -> list[Any]:
         reader = FixedReader(functools.partial(getattr, jax.config, name))
         out.append((reader, Scalar(f"jax.config.{name}", value)))
     return out
+
+
+def _static_pytree_fields(
+    guard: Guard, args: tuple[Any, ...], kwargs: dict[str, Any], static: set[int | str]
+) -> None:
+    """Guards on the objects in the static (aux) data of traced arguments' pytrees (a
+    ``register_dataclass`` meta field holding a config object): jax.jit compares them by
+    ``==``, which an object changed in place still passes."""
+    walker = Walker(guard)
+    keys: list[int | str] = [i for i in range(len(args)) if i not in static]
+    keys += [k for k in kwargs if k not in static]
+    for key in keys:
+        value = args[key] if isinstance(key, int) else kwargs[key]
+        fields = _aux_objects(jax.tree_util.tree_structure(value))
+        if fields:
+            node = walker.walk(fields, f"argument {key}'s static pytree fields")
+            guard.args.append((_AuxReader(key), node))
+
+
+def _aux_objects(treedef: Any) -> tuple[Any, ...]:
+    """The aux data of a treedef's nodes that are not plain keys (None, scalars, tuples of
+    them: the treedef's own equality compares those by value)."""
+    found: list[Any] = []
+    todo = [treedef]
+    while todo:
+        t = todo.pop()
+        data = t.node_data()
+        if data is not None and not is_key(data[1]):
+            found.append(data[1])
+        todo.extend(t.children())
+    return tuple(found)
+
+
+class _AuxReader(Reader):
+    """The static pytree fields of one argument (see :func:`_static_pytree_fields`)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: int | str) -> None:
+        self.key = key
+
+    def read(self, fn: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+        key = self.key
+        if isinstance(key, int):
+            value = args[key] if key < len(args) else MISSING
+        else:
+            value = kwargs.get(key, MISSING)
+        if value is MISSING:
+            return MISSING
+        return _aux_objects(jax.tree_util.tree_structure(value))
 
 
 class _Retrace(Exception):
@@ -313,8 +369,15 @@ class JaxCompiler:
             holder.clear()
 
         def compile_variant(guard: Guard) -> Variant:
-            guard.args = []  # jax.jit takes any values of the traced arguments itself
+            # jax.jit takes any values of the traced arguments itself; it keys static
+            # arguments by hash, which an object changed in place keeps: those stay.
+            static: set[int | str] = {*plan.static, *(plan.static_names or ())}
+            guard.args = [(r, n) for r, n in guard.args if type(r) is ArgReader and r.key in static]
             guard.add(_config_guard())
+            try:
+                _static_pytree_fields(guard, args, kwargs, static)
+            except Unguardable as exc:
+                return self.fallback(request, guard, str(exc))
             return JaxVariant(jitted, plan, guard, context)
 
         return Traced(result, compile_variant, detail="jax.jit compiled")
