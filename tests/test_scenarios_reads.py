@@ -1285,6 +1285,11 @@ CASES = [
                 "sys.modules['ipyr_swapmod'] = mB if sys.modules['ipyr_swapmod'] is mA else mA",
             ),
             (
+                "dunder_import_called_by_the_function",
+                "def f(x):\n    return np.sum(x * __import__('ipyr_swapmod').S)",
+                "sys.modules['ipyr_swapmod'] = mB if sys.modules['ipyr_swapmod'] is mA else mA",
+            ),
+            (
                 "module_getattr_replaced",
                 "mm = types.ModuleType('mm')\nmm.__getattr__ = lambda name: 1.0\n"
                 "def f(x):\n    return np.sum(x * mm.S)",

@@ -121,7 +121,6 @@ _FUNCTIONS: dict[Any, str] = {
     builtins.input: "reads input",
     builtins.open: "opens files",
     builtins.breakpoint: "stops in a debugger",
-    builtins.__import__: "imports by calling __import__",
     os.urandom: "draws OS entropy",
     **{f: "reads the clock" for f in _CLOCK},
 }
@@ -155,11 +154,14 @@ def _python_effects() -> dict[CodeType, str]:
 _PY_EFFECTS = _python_effects()
 
 
-def effect_of(fn: Any) -> str | None:
-    """The effect of calling the C function ``fn``, if it is one a replay would skip.
-    Anything but a builtin function or method is not looked at (no user code runs)."""
+def effect_of(fn: Any, caller: CodeType) -> str | None:
+    """The effect of ``caller`` calling the C function ``fn``, if it is one a replay
+    would skip. Anything but a builtin function or method is not looked at (no user code
+    runs)."""
     if type(fn) is not BuiltinFunctionType:
         return None
+    if fn is builtins.__import__:  # (the user's own: libraries import lazily as they run)
+        return "imports by calling __import__" if is_user_code(caller) else None
     found = _FUNCTIONS.get(fn)
     if found is not None:
         return found
@@ -266,7 +268,7 @@ def _profile(frame: FrameType, event: str, arg: Any) -> None:
         elif frame.f_code in _PY_EFFECTS:
             _python_effect(frame)
     elif event == "c_call" and not _machinery(frame.f_code):
-        what = effect_of(arg)
+        what = effect_of(arg, frame.f_code)
         if what is not None:
             for log, _ in _active():
                 log.add_effect(what)
@@ -447,7 +449,7 @@ class _Monitor:
     def _call_callback(thread: int) -> Callable[[CodeType, int, Any, Any], Any]:
         def on_call(code: CodeType, offset: int, fn: Any, arg0: Any) -> Any:
             if threading.get_ident() == thread and not _machinery(code) and not _in_gc():
-                what = effect_of(fn)
+                what = effect_of(fn, code)
                 if what is not None:
                     for log, _ in _active():
                         log.add_effect(what)
