@@ -134,8 +134,9 @@ _BUFFERS: tuple[type, ...] = (bytearray, array.array, ctypes.Array, ctypes.Struc
 _BUFFERS += (ctypes.Union, ctypes._SimpleCData)
 #: Containers whose items the walk reads (a subclass adds only its attributes).
 _DATA_TYPES: tuple[type, ...] = (list, tuple, dict, collections.deque, np.ndarray)
-_SCALAR_BASES: tuple[type, ...] = (int, float, complex, str, bytes)
 _DATA_TYPES += (set, frozenset, *_BUFFERS)
+#: The bases of value types a subclass (with attributes of its own) can extend.
+_SCALAR_BASES: tuple[type, ...] = (int, float, complex, str, bytes)
 #: Objects without attributes whose value never changes: checked by identity.
 _IMMUTABLE_OBJECTS: tuple[type, ...] = (
     re.Pattern,
