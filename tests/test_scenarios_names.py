@@ -519,3 +519,36 @@ live.W -= 0.5
 """
     )
     check(anynb, "dl(x)", "autograd.grad(model.loss)(x)")
+
+
+@pytest.mark.parametrize(
+    "making",
+    [
+        "hm = grad(b.m); pass",
+        "if True: hm = grad(b.m)",
+        "n = 1; hm = grad(b.m); hc = grad(B.cm)",
+        "hf = grad(f); hg = grad(g)",
+    ],
+    ids=["semicolon", "one_line_if", "three_statements", "two_handles"],
+)
+def test_several_statements_on_one_line(anynb: Shell, making: str) -> None:
+    """``executing`` cannot tell which call runs on a line of several statements: the
+    one call there whose argument names the function now is the call site."""
+    anynb.run(
+        "class B:\n    k = 2.0\n    def m(self, x):\n        return np.sum(x ** 2)\n"
+        "    @classmethod\n    def cm(cls, x):\n        return cls.k * np.sum(x ** 2)\n"
+        "b = B()\ndef f(x):\n    return np.sum(np.sin(x))\ndef g(x):\n    return np.sum(x ** 3)\n"
+        "x = onp.array([1.0, 2.0])"
+    )
+    anynb.run(making)
+    handles = {"hm": "b.m", "hc": "B.cm", "hf": "f", "hg": "g"}
+    made = {h: o for h, o in handles.items() if h in anynb.run("list(globals())")}
+    for h, oracle in made.items():
+        check(anynb, f"{h}(x)", f"autograd.grad({oracle})(x)", what="before the change:")
+    anynb.run(
+        "B.m = lambda self, x: np.sum(x ** 4)\nB.cm = classmethod(lambda cls, x: np.sum(x))\n"
+        "def f(x):\n    return np.sum(np.cos(x))\ndef g(x):\n    return np.sum(x ** 5)"
+    )
+    for h, oracle in made.items():
+        status_then_call(anynb, h, f"{h}(x)", f"autograd.grad({oracle})(x)")
+        check(anynb, f"{h}(x)", f"autograd.grad({oracle})(x)", what="after the change:")

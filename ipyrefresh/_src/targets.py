@@ -121,7 +121,7 @@ def target_for(fun: Any, frame: FrameType | None) -> Target:
     is a unique global name bound to ``fun`` guessed."""
     if frame is None:
         return FixedTarget(fun, label_of(fun))
-    site = passed_expression(frame)
+    site = passed_expression(frame, fun)
     if site is None:
         target = _by_identity(frame, fun)
     elif site.path is None or _is_local(frame, site.path[0]):
@@ -219,16 +219,38 @@ class CallSite:
     path: tuple[str, ...] | None
 
 
-def passed_expression(frame: FrameType) -> CallSite | None:
-    """The call site of the call executing in ``frame``; None if its source is unknown."""
+def passed_expression(frame: FrameType, fun: Any = MISSING) -> CallSite | None:
+    """The call site of the call executing in ``frame``; None if its source is unknown.
+    When the line holds several statements and ``executing`` cannot tell which call
+    runs, the one call on it whose argument names ``fun`` now (a global ``name`` or
+    ``name.attr`` chain) is taken, if there is exactly one."""
     try:
         import executing
 
-        node = executing.Source.executing(frame).node
+        ex = executing.Source.executing(frame)
+        node = ex.node
+        statements = ex.statements
     except Exception:
         return None
+    if node is None and fun is not MISSING:
+        return _unique_site(statements, frame, fun)
     if not isinstance(node, ast.Call):
         return None
+    return _site_of(node)
+
+
+def _unique_site(statements: Any, frame: FrameType, fun: Any) -> CallSite | None:
+    sites = set()
+    for statement in statements:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Call):
+                site = _site_of(node)
+                if site.path is not None and _follow(frame.f_globals, site.path, fun):
+                    sites.add(site)
+    return sites.pop() if len(sites) == 1 else None
+
+
+def _site_of(node: ast.Call) -> CallSite:
     arg: ast.expr | None = node.args[0] if node.args else None
     for kw in node.keywords:
         if kw.arg in ("fun", "f", "fn"):
