@@ -859,3 +859,18 @@ def test_errors_that_end_an_iteration_keep_the_tape(nb: Shell, case: str) -> Non
     entries = [e for e in nb.run("ipyrefresh.status()['entries']") if e["name"] == "grad(f)"]
     assert [e["fallback"] for e in entries] == [""], entries
     assert entries[0]["runs"][0].startswith("tape"), entries
+
+
+def test_checking_a_caught_error_warns_nothing_of_its_own(nb: Shell) -> None:
+    """Telling a caught error from the end of an iteration calls the primitive again;
+    the user must not see that call's warnings (log(0) here)."""
+    source, failing, _ = CAUGHT["errstate_raise"]
+    nb.run(source + "\ndh = grad(f)\nimport warnings")
+    nb.run(
+        "with warnings.catch_warnings(record=True) as _w:\n"
+        "    warnings.simplefilter('always')\n"
+        f"    _got = dh({failing})\n"
+        "_from = [w.filename for w in _w]"
+    )
+    assert not [f for f in nb.run("_from") if "ipyrefresh" in f], nb.run("_from")
+    check(nb, f"dh({failing})", f"autograd.grad(f)({failing})")

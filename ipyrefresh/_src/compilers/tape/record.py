@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,7 +141,9 @@ class Tape:
         another."""
         fun, argvals, kwargs = call
         try:
-            fun.fun(*argvals, **kwargs)
+            with warnings.catch_warnings():  # (the user saw its warnings once already)
+                warnings.simplefilter("ignore")
+                fun.fun(*argvals, **kwargs)
         except (IndexError, KeyError):
             return
         except Exception:
