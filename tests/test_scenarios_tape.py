@@ -799,6 +799,12 @@ CAUGHT = {
         "onp.array([0.0, 2.0])",
         "onp.array([1.0, 2.0])",
     ),
+    "index_out_of_range_by_the_values": (
+        "def f(x):\n    i = int(np.argmax(x))\n    try:\n        return x[i + 1] * 2.0\n"
+        "    except IndexError:\n        return np.sum(x ** 2)",
+        "onp.array([1.0, 3.0])",
+        "onp.array([3.0, 1.0])",
+    ),
     "errstate_raise": (
         "def f(x):\n    try:\n        with onp.errstate(divide='raise'):\n"
         "            return np.sum(np.log(x))\n"
