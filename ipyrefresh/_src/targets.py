@@ -219,7 +219,7 @@ class CallSite:
     path: tuple[str, ...] | None
 
 
-def passed_expression(frame: FrameType, fun: Any = MISSING) -> CallSite | None:
+def passed_expression(frame: FrameType, fun: Any) -> CallSite | None:
     """The call site of the call executing in ``frame``; None if its source is unknown.
     When the line holds several statements and ``executing`` cannot tell which call
     runs, the one call on it whose argument names ``fun`` now (a global ``name`` or
@@ -232,7 +232,7 @@ def passed_expression(frame: FrameType, fun: Any = MISSING) -> CallSite | None:
         statements = ex.statements
     except Exception:
         return None
-    if node is None and fun is not MISSING:
+    if node is None:
         return _unique_site(statements, frame, fun)
     if not isinstance(node, ast.Call):
         return None
