@@ -295,7 +295,7 @@ _EMITTERS: dict[type, Callable[[_Emitter, Node, str, bool], None]] = {
 def _like(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     assert isinstance(node, Like)
     sig, bad = node.sig, e.node_fail(node, v, arg, ChangeKind.RESHAPED)
-    if type(sig) is tuple and len(sig) == 2 and type(sig[1]) is str:  # an ndarray's
+    if type(sig) is tuple and len(sig) == 2 and type(sig[0]) is tuple:  # an ndarray's
         e.fail(
             f"_type({v}) is not _ndarray or {v}.shape != {sig[0]!r} or {v}.dtype.str != {sig[1]!r}",
             bad,
