@@ -138,3 +138,35 @@ def test_huge_namespace_per_cell_work_is_independent_of_its_size(ip: Any) -> Non
     ip.run("v5 = 3.0")
     ip.run("r = dh(0.5)")
     assert ip.ns["r"] == pytest.approx(-3 * onp.sin(0.5))
+
+
+def test_handles_made_per_call_free_their_function_when_the_cell_ends(ip: Any) -> None:
+    """Entries of a function whose handles are gone outlive the handle until the cell
+    ends or the function dies (a handle made per call reuses the build), then go with
+    everything they hold."""
+    ip.run(
+        """
+import weakref, ipyrefresh
+def fit(data):
+    loglike = lambda w: np.sum(np.sin(w * data))
+    step = lambda w: grad(loglike)(w)
+    return [step(w) for w in np.linspace(0.1, 1.0, 5)], weakref.ref(loglike)
+before = ipyrefresh.status(check=False)['builds']
+out, fn_ref = fit(np.arange(1e5))
+builds = ipyrefresh.status(check=False)['builds'] - before
+keep = [lambda w: np.sum(np.cos(w))]  # (fs[0]: a fixed target, not a followed name)
+[grad(keep[0])(w) for w in np.linspace(0.1, 1.0, 3)]
+kept = [e['builds'] for e in ipyrefresh.status(check=False)['entries']]
+"""
+    )
+    assert ip.ns["builds"] == 1
+    assert ip.ns["kept"] == [1]  # keep[0] is alive: its entry stays until the cell ends
+    gc.collect()
+    assert ip.ns["fn_ref"]() is None
+    assert len(current().cache) == 0
+    data = onp.arange(1e5)
+    want = [
+        autograd.grad(lambda w: autograd.numpy.sum(autograd.numpy.sin(w * data)))(w)
+        for w in onp.linspace(0.1, 1.0, 5)
+    ]
+    assert [float(a) for a in ip.ns["out"]] == [float(b) for b in want]

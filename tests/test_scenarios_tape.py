@@ -880,3 +880,27 @@ def test_checking_a_caught_error_warns_nothing_of_its_own(nb: Shell) -> None:
     )
     assert not [f for f in nb.run("_from") if "ipyrefresh" in f], nb.run("_from")
     check(nb, f"dh({failing})", f"autograd.grad(f)({failing})")
+
+
+def test_a_handle_made_inside_a_function_reuses_its_build(nb: Shell) -> None:
+    """``grad(loglike)(r, p(r))`` inside a lambda (autograd's negative binomial example)
+    makes and drops a handle on the same function at every call: the build is kept for
+    the cell, stays right when the data it closes over changes, and Newton's next float
+    runs the code rather than tracing a path used once."""
+    nb.run(
+        """
+def fit(data, use):
+    loglike = lambda r, p: np.sum(np.sin(r * data) * p + r ** 2)
+    rprime = lambda r: use(loglike)(r, 0.5 + r / 10.0)
+    out = [rprime(r) for r in np.linspace(0.1, 1.0, 12)]
+    data[0] += 1.0  # in place, between two calls of the kept build
+    out += [rprime(r) for r in np.linspace(0.1, 1.0, 4)]
+    return out
+before = ipyrefresh.status(check=False)['builds']
+mine = fit(np.arange(5.0), grad)
+builds = ipyrefresh.status(check=False)['builds'] - before
+want = fit(np.arange(5.0), autograd.grad)
+"""
+    )
+    assert_same(nb.ns["mine"], nb.ns["want"], "the answers")
+    assert nb.ns["builds"] == 2  # the first call, and the first after the change in place

@@ -179,10 +179,13 @@ def test_non_differentiated_arguments_are_guarded_by_value(engine: Engine) -> No
     handle = Derivative("grad", loss)
     check(handle, w, X, y, 2.0)
     assert check(handle, w * 2, X, y, 2.0) == "cache hit"  # same data, new weights
-    for _ in range(3):  # new minibatches: each a new path, each right
+    for _ in range(3):  # new minibatches: run the code, then a path when they come again
         X, y = rng.normal(size=(6, 3)), rng.normal(size=6)
-        assert check(handle, w, X, y, float(rng.uniform())).startswith("traced a new path")
-        assert check(handle, w + 1, X, y, 0.25) != ""
+        scale = float(rng.uniform())
+        assert check(handle, w, X, y, scale).startswith("ran the code")
+        assert check(handle, w - 1, X, y, scale).startswith("traced a new path")
+        assert check(handle, w + 1, X, y, scale) == "cache hit"
+        assert check(handle, w, X, y, 0.25).startswith("ran the code")
 
     def indexed(w: Any, idx: Any) -> Any:  # integer arrays are guarded by value too
         return np.sum(w[idx] ** 2)
@@ -190,7 +193,59 @@ def test_non_differentiated_arguments_are_guarded_by_value(engine: Engine) -> No
     handle = Derivative("grad", indexed)
     check(handle, w, onp.array([0, 2]))
     assert check(handle, w, onp.array([0, 2])) == "cache hit"
+    assert check(handle, w, onp.array([1, 1])).startswith("ran the code")
     assert check(handle, w, onp.array([1, 1])).startswith("traced a new path")
+
+
+def test_a_value_met_once_runs_the_code_and_traces_nothing(engine: Engine) -> None:
+    """A minibatch new at every call (or Newton's next estimate) must not trace a path
+    per call, fill the entry with paths used once, and then warn: each such call runs
+    autograd, and a value met again gets its path."""
+
+    def loss(w: Any, X: Any, y: Any) -> Any:
+        return np.sum((np.tanh(np.dot(X, w)) - y) ** 2)
+
+    rng = onp.random.default_rng(1)
+    w = rng.normal(size=3)
+    handle = Derivative("grad", loss)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "more than 8 traced paths"
+        for _ in range(3 * MAX_VARIANTS):
+            X, y = rng.normal(size=(5, 3)), rng.normal(size=5)
+            check(handle, w, X, y)
+    entry = handle.entry(w, X, y)
+    assert entry is not None and entry.builds == 1 and len(entry.variants) == 1
+    assert not entry.variants[0].replays_python  # still the tape of the first call
+
+    # Two batches taken in turn (an epoch of two): both get a path and replay.
+    A = (rng.normal(size=(5, 3)), rng.normal(size=5))
+    B = (rng.normal(size=(5, 3)), rng.normal(size=5))
+    events = [check(handle, w + k, *(A if k % 2 else B)) for k in range(8)]
+    assert [e.split(":")[0].split(";")[0] for e in events[:4]] == [
+        "ran the code",
+        "ran the code",
+        "traced a new path",
+        "traced a new path",
+    ]
+    assert events[4:] == ["cache hit"] * 4
+
+    # A batch changed in place after its path was traced: the guard, not the memory of
+    # fingerprints, decides; the answer is autograd's for the data of now.
+    A[0][0, 0] += 1.0
+    assert check(handle, w, *A).startswith("ran the code")
+    assert check(handle, w, *A).startswith("traced a new path")
+
+
+def test_an_argument_the_code_branches_on_still_gets_paths(engine: Engine) -> None:
+    def f(x: Any, mode: int) -> Any:
+        return np.sin(x) * x if mode > 1 else np.exp(x)
+
+    handle = Derivative("grad", f)
+    for mode in [1, 2, 1, 2, 1, 2, 3, 3]:
+        check(handle, 0.7, mode)
+    entry = handle.entry(0.7, 1)
+    assert entry is not None and len(entry.variants) == 3  # 1, 2 and 3: each met twice
+    assert check(handle, 0.9, 2) == "cache hit"
 
 
 def test_arguments_the_function_never_reads_are_not_guarded(engine: Engine) -> None:
@@ -383,3 +438,26 @@ def test_grad_v_reports_what_each_call_did(ip: Shell) -> None:
     ip.run("def h(x):\n    return np.cos(x) * 3.0")
     assert "rebuilt (h redefined" in grad_v("h(1.0)")
     assert ip.shell.run_line_magic("grad", "h(0.5)") == -3.0 * onp.sin(0.5)
+
+
+@pytest.mark.parametrize("scalar", [onp.float64, onp.float32, onp.int64])
+def test_numpy_scalar_arguments_replay_for_new_values(engine: Engine, scalar: Any) -> None:
+    """scipy.optimize passes numpy scalars: a new value of the same kind replays (the
+    compiled guard once took ``('scalar', '<f8')`` for an array's shape and dtype)."""
+
+    def f(x: Any, c: Any) -> Any:
+        return np.sin(x) * x + c
+
+    handle = Derivative("grad", f)
+    first = onp.float64(0.5)
+    assert check(handle, first, scalar(2)) == "built"
+    for x in [0.7, 1.5, -2.0]:
+        assert check(handle, onp.float64(x), scalar(2)) == "cache hit"
+    (variant,) = handle.entries[0].variants
+    for x in [onp.float64(0.1), onp.float32(0.1), 0.1, onp.array(0.1)]:
+        for c in [scalar(2), scalar(3), 2.0, onp.float64(2)]:
+            compiled = variant.guard.check(f, (x, c), {})
+            interpreted = variant.guard.check_interpreted(f, (x, c), {})
+            assert (compiled is None) == (interpreted is None), (x, c)
+            want = type(x) is onp.float64 and type(c) is scalar and c == scalar(2)
+            assert (compiled is None) == want, (x, c)

@@ -38,12 +38,16 @@ from .changes import CellRef, Change, ChangeKind, ChangeLog, Detection
 from .compilers.base import Miss, Variant
 from .config import IPyRefresh
 from .entry import Entry, State
+from .guard import Guard
 from .keys import EntryKey, Signature, TargetKey, is_jax_array_type
 from .nodes import Mismatch
+from .readers import ArgReader
 from .targets import FixedTarget, Target, TargetGone, same_callable
 
 #: Most compiled variants (paths through value-dependent branches) per entry.
 MAX_VARIANTS = 8
+#: Fixed targets without a handle whose entries stay until the cell ends (see release).
+KEPT_RELEASED = 8
 
 
 class Engine:
@@ -56,10 +60,17 @@ class Engine:
         self.cell: CellRef | None = None
         self.attached = False  # loaded in an IPython shell (cells are numbered)
         self.changes = ChangeLog()
-        self.stats = {"builds": 0, "rebuilds": 0, "variants": 0, "internal_errors": 0}
+        self.stats = {
+            "builds": 0,
+            "rebuilds": 0,
+            "variants": 0,
+            "unbuilt_calls": 0,
+            "internal_errors": 0,
+        }
         self.listeners: list[Callable[[], None]] = []
         self._targets: dict[TargetKey, Target] = {}
         self._dead: list[TargetKey] = []
+        self._released: dict[TargetKey, None] = {}  # (see release)
         self._warned: set[str] = set()
         self._observe(self.config)
 
@@ -111,17 +122,43 @@ class Engine:
 
     def release(self, target: Target) -> None:
         """A handle on ``target`` is gone. When no handle holds a fixed target, its entries
-        go: their guards hold the function's namespace, so its weakref would never fire."""
+        go: their guards hold the function's namespace, so its weakref would never fire.
+
+        In a cell they go when the cell ends (the most recent ``KEPT_RELEASED`` targets;
+        older ones at once): ``grad(loglike)(r)`` written inside a function makes and drops
+        a handle on the same function at every call, and must not trace it every time."""
         if isinstance(target, FixedTarget):
             target.holders -= 1
             if target.holders <= 0:
-                self._dead.append(target.key)
+                key = target.key
+                if self.attached:
+                    released = self._released
+                    released.pop(key, None)
+                    released[key] = None
+                    if len(released) <= KEPT_RELEASED:
+                        return
+                    key = next(iter(released))
+                    released.pop(key, None)
+                self._dead.append(key)
                 # This may run in a finalizer, in any thread: never wait for the lock.
                 if self.lock.acquire(blocking=False):
                     try:
                         self._purge_dead()
                     finally:
                         self.lock.release()
+
+    def cell_ended(self) -> None:
+        """Drop the entries of fixed targets no handle has held since during the cell."""
+        released = self._released
+        while released:
+            try:
+                key = next(iter(released))
+                del released[key]
+            except (StopIteration, KeyError, RuntimeError):  # (a finalizer raced us)
+                continue
+            self._dead.append(key)
+        with self.lock:
+            self._purge_dead()
 
     def _target_died(self, key: TargetKey) -> None:
         self._dead.append(key)  # from a weakref callback: no lock here, purge later
@@ -151,13 +188,33 @@ class Engine:
             self._purge_dead()
             if entry not in self.cache:
                 entry = self.entry_for(entry.target, entry.key)
+            read: set[int | str] = set()
             for variant in entry.variants:
                 answer = self._try(entry, variant, fn, args, kwargs)
-                if type(answer) is not Miss:
+                if answer is _ARGS:
+                    argnums = entry.request.argnums
+                    read.update(k for k in argument_keys(variant.guard) if k not in argnums)
+                elif type(answer) is not Miss:
                     entry.hit(variant, self.cell)
                     entry.mark("cache hit")
                     return entry, answer
+            if read and entry.state is State.FRESH and entry.first_sight(read, args, kwargs):
+                return entry, self._run_unbuilt(entry, fn, args, kwargs)
             return entry, self._build(entry, fn, args, kwargs)
+
+    def _run_unbuilt(
+        self, entry: Entry, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """Arguments the variants read have values not seen before: run the code (plain
+        autograd, unjitted JAX) for this call. A value that changes every call (a new
+        minibatch, Newton's next estimate) would otherwise trace a path per call, each
+        never used again; a value seen a second time gets its own traced path."""
+        self.stats["unbuilt_calls"] += 1
+        first = entry.variants[0]
+        why = "new values of arguments it reads; a path is traced when they come again"
+        answer = compilers.get(entry.key.backend).fallback(entry.request, first.guard, why)
+        entry.mark("ran the code: " + why)
+        return answer.run(fn, args, kwargs)
 
     def _try(
         self, entry: Entry, variant: Variant, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -170,7 +227,9 @@ class Engine:
         if bad is not None:
             if not bad.arg:  # the code or data changed: this variant is stale
                 entry.drop(variant, self._change(bad, Detection.AT_CALL, entry))
-            return _NO
+                return _NO
+            # Another value of an argument it read (not another shape, kind or arity).
+            return _NO if bad.kind is ChangeKind.RESHAPED else _ARGS
         return variant.run(fn, args, kwargs)
 
     def _build(self, entry: Entry, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -377,6 +436,14 @@ class Engine:
 
 
 _NO = Miss("guard")
+_ARGS = Miss("arguments")
+
+
+def argument_keys(guard: Guard) -> Iterator[int | str]:
+    """The positions and keywords of the arguments ``guard`` checks."""
+    for reader, _ in guard.args:
+        if isinstance(reader, ArgReader):
+            yield reader.key
 
 
 @contextlib.contextmanager

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import enum
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .changes import CellRef, Change, ChangeKind
 from .compilers.base import Request, Variant
 from .keys import EntryKey, Transform
+from .sightings import Sightings
 from .targets import Target
 
 _ids = itertools.count(1)
@@ -59,6 +61,7 @@ class Entry:
         "last_event",
         "reasons",
         "request",
+        "sightings",
         "state",
         "target",
         "variants",
@@ -79,6 +82,7 @@ class Entry:
         self.hits = 0
         self.example: tuple[tuple[Any, ...], dict[str, Any]] | None = None
         self.last_event = ""
+        self.sightings = Sightings()
         #: The cell in which the entry was last known right (built, hit or checked).
         self.verified: CellRef | None = None
 
@@ -141,6 +145,13 @@ class Entry:
         self.variants = ()
         self.error = error
         self.reasons = (Change(ChangeKind.FAILED, detail=error),)
+
+    def first_sight(
+        self, keys: Iterable[int | str], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> bool:
+        """The arguments at ``keys`` have values this entry meets for the first time (see
+        ``sightings``): run the code for them rather than trace a path."""
+        return self.sightings.first(keys, args, kwargs)
 
     def hit(self, variant: Variant, cell: CellRef | None) -> None:
         """``variant`` answered a call (in ``cell``): count it, try it first next time."""

@@ -73,6 +73,7 @@ class Extension:
                 shell.configurables.remove(configurable)
         self.engine.attached = False
         self.engine.cell = None
+        self.engine.cell_ended()
         patches.uninstall()
 
     # -- events --------------------------------------------------------------------------
@@ -92,6 +93,10 @@ class Extension:
         if isinstance(number, int) and getattr(result.info, "store_history", False):
             # IPython 9 counts a cell before pre_run_cell, IPython 8 after it: learn which.
             self._counted_first = self._seen == number + 1
+        try:
+            self.engine.cell_ended()
+        except Exception as exc:
+            self.engine.internal_error("dropping the entries of released handles", exc)
         if self.config.mode != "eager":
             return
         try:
