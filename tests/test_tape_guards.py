@@ -461,3 +461,54 @@ def test_numpy_scalar_arguments_replay_for_new_values(engine: Engine, scalar: An
             assert (compiled is None) == (interpreted is None), (x, c)
             want = type(x) is onp.float64 and type(c) is scalar and c == scalar(2)
             assert (compiled is None) == want, (x, c)
+
+
+def _text_len(x: Any) -> Any:
+    return x * len(str(x))
+
+
+def _fstring_len(x: Any) -> Any:
+    return x * len(f"{x}")
+
+
+def _percent_len(x: Any) -> Any:
+    return x * len("%s" % (x,))
+
+
+def _printed(x: Any) -> Any:
+    out = io.StringIO()
+    print(x, file=out)
+    return x * len(out.getvalue())
+
+
+def _member(xs: Any) -> Any:
+    return xs[0] * (3.0 if 1.0 in xs else 2.0) + xs[1]
+
+
+def _position(xs: Any) -> Any:
+    return xs[0] * (1.0 + xs.index(2.0))
+
+
+@pytest.mark.parametrize(
+    ("fn", "values"),
+    [
+        (_text_len, [1.0, 10.0, 100.0]),
+        (_fstring_len, [1.0, 10.0, 100.0]),
+        (_percent_len, [1.0, 10.0, 100.0]),
+        (_printed, [1.0, 10.0, 100.0]),
+        (_member, [[1.0, 5.0], [4.0, 5.0], [4.0, 1.0]]),
+        (_position, [[1.0, 2.0], [2.0, 1.0], [3.0, 2.0]]),
+    ],
+    ids=["str", "f-string", "percent", "print to a file", "in", "index"],
+)
+def test_a_traced_value_read_as_text_or_by_lookup_runs_autograd(
+    engine: Engine, fn: Any, values: list[Any]
+) -> None:
+    """``str(x)`` (and print, f-strings, ``%``) and ``v in xs`` read the traced number
+    through autograd's own Box methods, outside any primitive: a replay would keep the
+    first run's digits (the tape answered 32.0 for 10.0, where autograd says 33.0)."""
+    handle = Derivative("grad", fn)
+    for v in values:
+        check(handle, tuple(v) if type(v) is list else v)
+    entry = handle.entries[0]
+    assert entry.variants[0].replays_python

@@ -132,11 +132,18 @@ _DATETIME_NOW = {"now", "utcnow", "today", "fromtimestamp"}
 def _python_effects() -> dict[CodeType, str]:
     """Python functions that change how the primitives' own errors and warnings come out
     while the function runs (``with np.errstate(divide='raise')``, ``catch_warnings``):
-    what a replay would skip. Counted only when user code calls them."""
+    what a replay would skip; and autograd's own methods that read a traced value's
+    number into a plain Python value (``str(x)``, ``v in xs``), which a replay would keep
+    from the first run. Counted only when user code calls them."""
     import numpy as np
+    from autograd import builtins as abuiltins
+    from autograd.tracer import Box
 
     found: dict[CodeType, str] = {}
     numeric = "changes numpy's floating-point error handling while it runs"
+    text = "turns a traced value into text (str, print, an f-string): a replay keeps its digits"
+    compares = "looks a traced value up in a traced sequence (in, index)"
+    seq = abuiltins.SequenceBox
     for fn, what in (
         (getattr(getattr(np, "errstate", None), "__enter__", None), numeric),
         (getattr(np, "seterr", None), numeric),
@@ -144,6 +151,9 @@ def _python_effects() -> dict[CodeType, str]:
         (warnings.catch_warnings.__enter__, "catches or filters warnings while it runs"),
         (warnings.simplefilter, "catches or filters warnings while it runs"),
         (warnings.filterwarnings, "catches or filters warnings while it runs"),
+        (Box.__str__, text),
+        (seq.__contains__, compares),
+        (seq.index, compares),
     ):
         code = getattr(fn, "__code__", None)
         if type(code) is CodeType:
