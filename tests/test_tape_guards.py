@@ -471,8 +471,8 @@ def _fstring_len(x: Any) -> Any:
     return x * len(f"{x}")
 
 
-def _percent_len(x: Any) -> Any:
-    return x * len("%s" % (x,))
+def _format_len(x: Any) -> Any:
+    return x * len(format(x))
 
 
 def _printed(x: Any) -> Any:
@@ -494,17 +494,17 @@ def _position(xs: Any) -> Any:
     [
         (_text_len, [1.0, 10.0, 100.0]),
         (_fstring_len, [1.0, 10.0, 100.0]),
-        (_percent_len, [1.0, 10.0, 100.0]),
+        (_format_len, [1.0, 10.0, 100.0]),
         (_printed, [1.0, 10.0, 100.0]),
         (_member, [[1.0, 5.0], [4.0, 5.0], [4.0, 1.0]]),
         (_position, [[1.0, 2.0], [2.0, 1.0], [3.0, 2.0]]),
     ],
-    ids=["str", "f-string", "percent", "print to a file", "in", "index"],
+    ids=["str", "f-string", "format()", "print to a file", "in", "index"],
 )
 def test_a_traced_value_read_as_text_or_by_lookup_runs_autograd(
     engine: Engine, fn: Any, values: list[Any]
 ) -> None:
-    """``str(x)`` (and print, f-strings, ``%``) and ``v in xs`` read the traced number
+    """``str(x)`` (and print, f-strings, ``format``) and ``v in xs`` read the traced number
     through autograd's own Box methods, outside any primitive: a replay would keep the
     first run's digits (the tape answered 32.0 for 10.0, where autograd says 33.0)."""
     handle = Derivative("grad", fn)
