@@ -127,6 +127,7 @@ _FUNCTIONS: dict[Any, str] = {
 if hasattr(os, "getrandom"):
     _FUNCTIONS[os.getrandom] = "draws OS entropy"
 _DATETIME_NOW = {"now", "utcnow", "today", "fromtimestamp"}
+_PLAIN_OWNERS = frozenset({list, dict, tuple, set, frozenset, str, bytes, int, float, complex})
 
 
 def _python_effects() -> dict[CodeType, str]:
@@ -169,6 +170,9 @@ def effect_of(fn: Any, caller: CodeType) -> str | None:
     would skip. Anything but a builtin function or method is not looked at (no user code
     runs)."""
     if type(fn) is not BuiltinFunctionType:
+        return None
+    owner_type = type(fn.__self__)
+    if owner_type in _PLAIN_OWNERS:  # list.append, dict.get...: the most common C calls
         return None
     if fn is builtins.__import__:  # (the user's own: libraries import lazily as they run)
         return "imports by calling __import__" if is_user_code(caller) else None
@@ -265,21 +269,41 @@ def _active() -> list[tuple[CallLog, FrameType | None]]:
     return stack
 
 
+#: Code objects of library files that the hook has nothing to do with: their "call"
+#: events cost one lookup. (Code from files only: generated code comes and goes with
+#: cells. Cleared when full.)
+_LIBRARY_CODE: dict[CodeType, None] = {}
+_LIBRARY_CODE_MAX = 200_000
+
+
+def _library(code: CodeType) -> None:
+    """Remember ``code`` (not user code, not one the hooks act on) if it is a file's."""
+    if not code.co_filename.startswith("<"):
+        if len(_LIBRARY_CODE) >= _LIBRARY_CODE_MAX:
+            _LIBRARY_CODE.clear()
+        _LIBRARY_CODE[code] = None
+
+
 def _profile(frame: FrameType, event: str, arg: Any) -> None:
-    if _in_gc():
-        return
+    # The hook runs for every Python and C call of the build (a million for a function
+    # that loops through helpers): the common cases come first and cost a lookup.
     if event == "call":
-        if is_user_frame(frame.f_code, frame.f_globals):
+        code = frame.f_code
+        if code in _LIBRARY_CODE or _in_gc():
+            return
+        if is_user_frame(code, frame.f_globals):
             for log, boundary in _active():
                 log.add_frame(frame, boundary)
-        elif frame.f_code is _IMPORT_MODULE:
+        elif code is _IMPORT_MODULE:
             for log, _ in _active():
                 log.add_import(frame)
-        elif frame.f_code in _PY_EFFECTS:
+        elif code in _PY_EFFECTS:
             _python_effect(frame)
-    elif event == "c_call" and not _machinery(frame.f_code):
+        elif not is_user_code(code):
+            _library(code)
+    elif event == "c_call" and type(arg) is BuiltinFunctionType:
         what = effect_of(arg, frame.f_code)
-        if what is not None:
+        if what is not None and not _machinery(frame.f_code) and not _in_gc():
             for log, _ in _active():
                 log.add_effect(what)
 
@@ -435,9 +459,11 @@ class _Monitor:
     @staticmethod
     def _start_callback(thread: int) -> Callable[[CodeType, int], Any]:
         def on_start(code: CodeType, offset: int) -> Any:
-            if (code is _IMPORT_MODULE or code in _PY_EFFECTS) and not _in_gc():
+            if code in _LIBRARY_CODE:
+                return None
+            if code is _IMPORT_MODULE or code in _PY_EFFECTS:
                 frame = sys._getframe(1)
-                if threading.get_ident() != thread or frame.f_code is not code:
+                if threading.get_ident() != thread or frame.f_code is not code or _in_gc():
                     return None
                 if code is _IMPORT_MODULE:
                     for log, _ in _active():
@@ -445,7 +471,10 @@ class _Monitor:
                 else:
                     _python_effect(frame)
                 return None
-            if threading.get_ident() != thread or not is_user_code(code) or _in_gc():
+            if not is_user_code(code):
+                _library(code)
+                return None
+            if threading.get_ident() != thread or _in_gc():
                 return None
             frame = sys._getframe(1)
             if frame.f_code is code and is_user_frame(code, frame.f_globals):
@@ -458,9 +487,9 @@ class _Monitor:
     @staticmethod
     def _call_callback(thread: int) -> Callable[[CodeType, int, Any, Any], Any]:
         def on_call(code: CodeType, offset: int, fn: Any, arg0: Any) -> Any:
-            if threading.get_ident() == thread and not _machinery(code) and not _in_gc():
+            if type(fn) is BuiltinFunctionType and threading.get_ident() == thread:
                 what = effect_of(fn, code)
-                if what is not None:
+                if what is not None and not _machinery(code) and not _in_gc():
                     for log, _ in _active():
                         log.add_effect(what)
             return None
