@@ -23,3 +23,10 @@ def same_result(got: Any, want: Any) -> None:
     assert onp.shape(got) == onp.shape(want)
     assert onp.result_type(got) == onp.result_type(want)
     onp.testing.assert_array_equal(got, want, strict=True)
+    # == cannot tell 0.0 from -0.0, nor a NaN's sign: the bits can.
+    kind = onp.result_type(want).kind
+    if kind in "fc":
+        parts = (onp.real, onp.imag) if kind == "c" else (onp.asarray,)
+        for part in parts:
+            signs = onp.signbit(part(got)), onp.signbit(part(want))
+            onp.testing.assert_array_equal(*signs, err_msg="signs of zero or NaN differ")

@@ -4,8 +4,10 @@ a fresh autograd computation."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
+import operator
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -14,7 +16,8 @@ import autograd
 import autograd.numpy as np
 import numpy as onp
 import pytest
-from autograd.extend import defvjp, primitive
+from autograd.extend import defvjp, notrace_primitive, primitive
+from autograd.tracer import getval
 
 import ipyrefresh
 from ipyrefresh._src.engine import MAX_VARIANTS, Engine
@@ -512,3 +515,202 @@ def test_a_traced_value_read_as_text_or_by_lookup_runs_autograd(
         check(handle, tuple(v) if type(v) is list else v)
     entry = handle.entries[0]
     assert entry.variants[0].replays_python
+
+
+# -- found by an adversarial hunt: each answered wrong with status "fresh" ------------------
+
+
+def _ceil_angle(x: Any) -> Any:
+    return x * np.arctan2(np.ceil(x), -1.0)  # ceil(-0.3) is -0.0: arctan2 gives -pi
+
+
+def _nan_sign(x: Any) -> Any:
+    return x * np.copysign(1.0, np.round(x))
+
+
+def _array_signs(x: Any) -> Any:
+    return np.sum(x * np.arctan2(np.trunc(x), -1.0))
+
+
+@pytest.mark.parametrize(
+    ("fn", "values"),
+    [
+        (_ceil_angle, [-0.3, 0.0, -0.3, 0.3]),
+        (_nan_sign, [float("nan"), -float("nan"), float("nan")]),
+        (_array_signs, [onp.array([-0.3, 1.5]), onp.array([0.3, 1.5]), onp.array([-0.3, 1.5])]),
+    ],
+    ids=["-0.0 from ceil", "a NaN's sign", "-0.0 in an array"],
+)
+def test_a_guard_on_a_primitive_tells_signed_zeros_and_nans_apart(
+    engine: Engine, fn: Any, values: list[Any]
+) -> None:
+    handle = Derivative("grad", fn)
+    for v in values:
+        check(handle, v)
+
+
+def _imag_angle(x: Any, c: Any) -> Any:
+    return x * np.arctan2(np.imag(c), -1.0)
+
+
+def _real_angle(x: Any, c: Any) -> Any:
+    return x * np.arctan2(np.real(c), -1.0)
+
+
+def _sign_of(x: Any, c: Any) -> Any:
+    return x * np.copysign(1.0, c)
+
+
+@pytest.mark.parametrize(
+    ("fn", "values"),
+    [
+        (_imag_angle, [1 + 0j, complex(1, -0.0), 1 + 0j]),
+        (_real_angle, [complex(0.0, 1), complex(-0.0, 1), complex(-0.0, 1)]),
+        (_imag_angle, [onp.complex128(1 + 0j), onp.complex128(complex(1, -0.0))]),
+        (_imag_angle, [(1 + 0j,), (complex(1, -0.0),)]),
+        (_sign_of, [float("nan"), -float("nan"), -float("nan")]),
+        (_sign_of, [onp.float64("nan"), -onp.float64("nan")]),
+        (_real_angle, [complex(float("nan"), 1), complex(float("nan"), 2)]),
+    ],
+    ids=[
+        "imag 0.0/-0.0",
+        "real 0.0/-0.0",
+        "complex128",
+        "in a tuple",
+        "nan",
+        "float64 nan",
+        "nan+1j",
+    ],
+)
+def test_arguments_are_compared_with_their_signs(
+    engine: Engine, fn: Any, values: list[Any]
+) -> None:
+    handle = Derivative("grad", fn)
+    for c in values * 2:  # each value twice: the second sight traces and replays
+        arg = c[0] if type(c) is tuple else c
+        check(handle, 1.0, arg)
+
+
+def _first_key_text(x: Any, d: Any) -> Any:
+    return x * len(str(next(iter(d))))
+
+
+def _first_key_angle(x: Any, d: Any) -> Any:
+    return x * np.arctan2(next(iter(d)), -1.0)
+
+
+def test_dict_keys_are_compared_by_type_and_sign(engine: Engine) -> None:
+    """A lookup finds ``True`` under ``1`` and ``-0.0`` under ``0.0``: the keys themselves
+    must be compared."""
+    handle = Derivative("grad", _first_key_text)
+    for d in [{1: 0}, {True: 0}, {1.0: 0}, {1: 0}] * 2:
+        check(handle, 1.0, d)
+    handle = Derivative("grad", _first_key_angle)
+    for d in [{0.0: 0}, {-0.0: 0}] * 2:
+        check(handle, 1.0, d)
+
+
+class _Holder:
+    def __init__(self, W: Any) -> None:
+        self.W = W
+
+
+def _through_attribute(x: Any, o: Any) -> Any:
+    return np.sum(x * o.W)
+
+
+def _through_mapping(x: Any, c: Any) -> Any:
+    return np.sum(x * c["W"])
+
+
+def _deep(x: Any, d: Any) -> Any:
+    return np.sum(x * d[0][0][0][0][0])
+
+
+@pytest.mark.parametrize(
+    ("fn", "wrap"),
+    [
+        (_through_attribute, _Holder),  # (a new holder each call)
+        (_through_mapping, lambda a: collections.OrderedDict(W=a)),
+        (_through_mapping, lambda a: collections.defaultdict(int, W=a)),
+        (_deep, lambda a: [[[[[a]]]]]),
+    ],
+    ids=["o.W", "OrderedDict", "defaultdict", "five lists deep"],
+)
+def test_argument_arrays_the_replay_uses_are_its_own_copies(
+    engine: Engine, fn: Any, wrap: Any
+) -> None:
+    """The guard compares argument arrays by contents: the replay must not keep the
+    caller's array, which may change in place while an equal copy is passed."""
+    x = onp.ones(2)
+    a = onp.array([1.0, 2.0])
+    handle = Derivative("grad", fn)
+    check(handle, x, wrap(a))
+    check(handle, x, wrap(a))
+    a[:] = 5.0
+    for _ in range(2):
+        check(handle, x, wrap(onp.array([1.0, 2.0])))
+
+
+def test_an_attribute_array_rebound_to_an_equal_copy(engine: Engine) -> None:
+    """The model object stays; its array is changed in place, then replaced by a copy of
+    what it held: the replay must use the copy's numbers, not the old array's."""
+    x = onp.ones(2)
+    a = onp.array([1.0, 2.0])
+    o = _Holder(a)
+    handle = Derivative("grad", _through_attribute)
+    check(handle, x, o)
+    check(handle, x, o)
+    a[:] = 5.0
+    o.W = onp.array([1.0, 2.0])
+    for _ in range(2):
+        check(handle, x, o)
+
+
+_GETVALS = [getval]
+
+
+class _Unboxer:
+    g = staticmethod(getval)
+
+
+@notrace_primitive
+def _raw(v: Any) -> Any:
+    return v
+
+
+def _closing_over_getval() -> Any:
+    gv = getval
+    return lambda x: x * gv(x)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x * _raw(x),
+        lambda x: x * getattr(x, "_value"),  # noqa: B009 - the point of the test
+        lambda x, gv=getval: x * gv(x),
+        _closing_over_getval(),
+        lambda x: x * _GETVALS[0](x),
+        lambda x: x * _Unboxer.g(x),
+        lambda x: x * operator.attrgetter("_value")(x),
+        lambda x: x * object.__getattribute__(x, "_value"),
+        lambda x: x * x.__getstate__()[1]["_value"],
+    ],
+    ids=[
+        "notrace_primitive",
+        "getattr",
+        "a default",
+        "a closure",
+        "a list",
+        "a class attribute",
+        "attrgetter",
+        "object.__getattribute__",
+        "__getstate__",
+    ],
+)
+def test_every_route_to_a_traced_number_runs_autograd(engine: Engine, fn: Any) -> None:
+    handle = Derivative("grad", fn)
+    for v in [1.0, 2.0, 3.0]:
+        check(handle, v)
+    assert handle.entries[0].variants[0].replays_python

@@ -101,11 +101,15 @@ def run_build(
     if not why and not log.complete:
         why = f"could not record the calls it makes ({log.note})"
         guard.add([(TargetReader(), _RecorderBusy("the call recorder"))])
-    if why or traced.compile is None:
-        info.note = why
-        variant = compiler.fallback(request, guard, why)
-        return Outcome(traced.result, variant, info, f"built; runs {variant.describe()}: {why}")
-    return Outcome(traced.result, traced.compile(guard), info, "built")
+    try:
+        if why or traced.compile is None:
+            info.note = why
+            variant = compiler.fallback(request, guard, why)
+            event = f"built; runs {variant.describe()}: {why}"
+            return Outcome(traced.result, variant, info, event)
+        return Outcome(traced.result, traced.compile(guard), info, "built")
+    finally:
+        guard.argument_arrays = []
 
 
 def _traced_elsewhere(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
@@ -229,9 +233,30 @@ def _unboxes(log: CallLog) -> list[str]:
     for code, globs in log.codes.items():
         facts = codefacts.facts(code)
         uses_getval = any(dict.get(globs, n) is getval for n in facts.globals)
-        if uses_getval or "_value" in facts.attrs or "getval" in facts.attrs:
+        if (
+            uses_getval
+            or "_value" in facts.attrs
+            or "getval" in facts.attrs
+            or not _PICKLING.isdisjoint(facts.attrs)
+            or _names_value(code)
+        ):
             found.append(f"{codefacts.qualname(code)} reads traced values directly (getval)")
     return found
+
+
+#: What hands a box's state out as plain values (``x.__getstate__()[1]['_value']``).
+_PICKLING = frozenset({"__getstate__", "__reduce__", "__reduce_ex__"})
+
+
+def _names_value(code: CodeType) -> bool:
+    """The string ``'_value'`` is among ``code``'s constants (``getattr(x, '_value')``,
+    ``attrgetter('_value')``, ``object.__getattribute__(x, '_value')``), nested code too."""
+    for const in code.co_consts:
+        if const == "_value" and type(const) is str:
+            return True
+        if type(const) is CodeType and _names_value(const):
+            return True
+    return False
 
 
 def _edges(log: CallLog, fn: Any, label: str) -> dict[tuple[str, str], str]:

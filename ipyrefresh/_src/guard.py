@@ -31,6 +31,10 @@ class Guard:
     #: (caller, callee) labels of calls visible in the code (for %callgraph)
     edges: dict[tuple[str, str], str] = field(default_factory=dict)
     size: int = 0
+    #: Arrays the walk met inside the arguments (compared by contents, not identity): a
+    #: compiler copies those its artifact keeps. Emptied once the variant is made, so
+    #: that a guard never keeps the caller's arrays alive.
+    argument_arrays: list[Any] = field(default_factory=list)
     _checks: tuple[Check, Check] | None = None
 
     def add(self, roots: list[tuple[Reader, Node]]) -> None:

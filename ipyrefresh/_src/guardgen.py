@@ -254,9 +254,9 @@ def _map(e: _Emitter, node: Node, v: str, arg: bool) -> None:
         e.line(f"{w} = _dget({v}, {e.const(key)}, MISSING)")
         e.fail(f"{w} is MISSING", changed)
         values.append(w)
-    # Every key is there and there are no others: the order check compares plain keys.
-    if len(node.keys) > 1:
-        e.fail(f"_tuple(_iterate({v})) != {e.const(node.keys)}", changed)
+    # Every key is there and there are no others; in order, and of the same types and
+    # signs (a lookup finds True for 1, and -0.0 for 0.0).
+    e.fail(f"not _same_all(_tuple(_iterate({v})), {e.const(node.keys)})", changed)
     for key_node, w in zip(node.values, values, strict=True):
         e.emit(key_node, w, arg)
     return None

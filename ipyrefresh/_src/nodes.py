@@ -85,20 +85,22 @@ def same_scalar(a: Any, b: Any) -> bool:
         return len(a) == len(b) and all(map(same_scalar, a, b))
     if t not in SCALAR_TYPES and not issubclass(t, np.generic):
         return False
+    if t is complex or issubclass(t, np.complexfloating):
+        # Part by part: 1+0j == 1-0j, and complex(nan, 1) is "NaN" whatever its real part.
+        return same_scalar(a.real, b.real) and same_scalar(a.imag, b.imag)
     if a == b:
         # 0.0 == -0.0, but arctan2 (and autograd) tell them apart: compare the sign too.
-        return a != 0 or t is bool or t is int or _sign_bits(a) == _sign_bits(b)
-    return bool(a != a and b != b)  # both NaN
+        return a != 0 or t is bool or t is int or _sign_bit(a) == _sign_bit(b)
+    # Both NaN, of the same sign (copysign tells them apart).
+    return bool(a != a and b != b) and _sign_bit(a) == _sign_bit(b)
 
 
-def _sign_bits(v: Any) -> tuple[bool, ...]:
-    """The signs of a zero's parts (a float, or a complex number's real and imaginary)."""
-    if isinstance(v, (complex, np.complexfloating)):
-        return (bool(np.signbit(v.real)), bool(np.signbit(v.imag)))
+def _sign_bit(v: Any) -> bool | None:
+    """The sign bit of a real number (None for what has none: str, bytes)."""
     try:
-        return (bool(np.signbit(v)),)
-    except TypeError:  # not a number (str, bytes): equal is equal
-        return ()
+        return bool(np.signbit(v))
+    except TypeError:
+        return None
 
 
 def same_scalars(values: Sequence[Any], expected: Sequence[Any]) -> bool:

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from types import BuiltinFunctionType, CodeType, FrameType
 from typing import Any
 
+from autograd.tracer import Box
+
 from .code import is_user_code, is_user_frame
 
 _MAX_WALK = 64
@@ -138,7 +140,7 @@ def _python_effects() -> dict[CodeType, str]:
     from the first run. Counted only when user code calls them."""
     import numpy as np
     from autograd import builtins as abuiltins
-    from autograd.tracer import Box
+    from autograd.tracer import Box, getval
 
     found: dict[CodeType, str] = {}
     numeric = "changes numpy's floating-point error handling while it runs"
@@ -153,6 +155,7 @@ def _python_effects() -> dict[CodeType, str]:
         (warnings.simplefilter, "catches or filters warnings while it runs"),
         (warnings.filterwarnings, "catches or filters warnings while it runs"),
         (Box.__str__, text),
+        (getval, "reads traced values directly (getval)"),
         (seq.__contains__, compares),
         (seq.index, compares),
     ):
@@ -163,6 +166,45 @@ def _python_effects() -> dict[CodeType, str]:
 
 
 _PY_EFFECTS = _python_effects()
+
+
+def _notrace() -> tuple[CodeType, frozenset[Any]]:
+    """The code of autograd's ``notrace_primitive`` wrapper (it unboxes its arguments and
+    calls the raw function: a traced number, read as a plain one), and the raw functions
+    autograd wraps so that read only shapes and types."""
+    import autograd.builtins as abuiltins
+    import autograd.numpy.numpy_wrapper as wrapper
+    import numpy as np
+    from autograd.tracer import notrace_primitive
+
+    code = notrace_primitive(len).__code__
+    safe: set[Any] = {np.ndim, np.shape, np.iscomplexobj, np.result_type}
+    for fn in (wrapper.metadata, wrapper.parse_einsum_input, abuiltins.isinstance, abuiltins.type):
+        raw = getattr(fn, "__wrapped__", None)
+        if raw is not None:
+            safe.add(raw)
+    return code, frozenset(safe)
+
+
+_NOTRACE, _NOTRACE_SAFE = _notrace()
+
+
+def _notrace_call(frame: FrameType) -> None:
+    """``notrace_primitive(f)`` entered in ``frame``: an unbox, unless ``f`` is one of
+    autograd's own shape readers or no argument is traced."""
+    back = frame.f_back
+    if back is not None and back.f_code in _LIBRARY_CODE:
+        return  # autograd's own calls (metadata for every vjp)
+    loc = frame.f_locals
+    raw, args = loc.get("f_raw"), loc.get("args", ())
+    try:
+        if raw in _NOTRACE_SAFE or not any(isinstance(a, Box) for a in args):
+            return
+        name = getattr(raw, "__name__", "?")
+    except Exception:
+        name = "?"
+    for log, _ in _active():
+        log.add_effect(f"reads traced values directly (notrace_primitive {name})")
 
 
 def effect_of(fn: Any, caller: CodeType) -> str | None:
@@ -299,6 +341,8 @@ def _profile(frame: FrameType, event: str, arg: Any) -> None:
                 log.add_import(frame)
         elif code in _PY_EFFECTS:
             _python_effect(frame)
+        elif code is _NOTRACE:
+            _notrace_call(frame)
         elif not is_user_code(code):
             _library(code)
     elif event == "c_call" and type(arg) is BuiltinFunctionType:
@@ -461,13 +505,15 @@ class _Monitor:
         def on_start(code: CodeType, offset: int) -> Any:
             if code in _LIBRARY_CODE:
                 return None
-            if code is _IMPORT_MODULE or code in _PY_EFFECTS:
+            if code is _IMPORT_MODULE or code in _PY_EFFECTS or code is _NOTRACE:
                 frame = sys._getframe(1)
                 if threading.get_ident() != thread or frame.f_code is not code or _in_gc():
                     return None
                 if code is _IMPORT_MODULE:
                     for log, _ in _active():
                         log.add_import(frame)
+                elif code is _NOTRACE:
+                    _notrace_call(frame)
                 else:
                     _python_effect(frame)
                 return None

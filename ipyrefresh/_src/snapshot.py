@@ -395,6 +395,8 @@ class Walker:
             if value.dtype.hasobject:
                 raise Unguardable(f"{label} is an array of Python objects")
             parts.append(Array(label, value, identity=not self._in_argument))
+            if self._in_argument:
+                self.guard.argument_arrays.append(value)
         elif t is np.void:
             if value.dtype.hasobject:
                 raise Unguardable(f"{label} is a record holding Python objects")

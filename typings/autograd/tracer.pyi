@@ -18,3 +18,5 @@ def trace(start_node: VJPNode, fun: Callable[..., Any], x: Any) -> tuple[Any, VJ
 # a defaultdict(set); autograd only asks ``f in notrace_primitives[type(node)]``
 notrace_primitives: dict[type, Container[Callable[..., Any]]]
 primitive_boxes: dict[type, set[Callable[..., Any]]]
+
+def notrace_primitive(f_raw: Callable[..., Any]) -> Callable[..., Any]: ...

@@ -18,7 +18,7 @@ from ..autograd import plain, reference
 from ..base import PythonVariant, Request, Traced, Transform, Variant
 from . import patches
 from .emit import Compiled, generate
-from .record import OpGuard, Tape, Unsupported, transform
+from .record import OpGuard, Tape, Unsupported, arrays_in, transform
 
 
 def _root(request: Request) -> str:
@@ -112,11 +112,12 @@ class TapeCompiler:
         tape = Tape()
         result = transform(request.transform, tape)(fn, request.argnum)(*args, **kwargs)
         tape.finish()
-        tape.own_argument_arrays(args, kwargs)
+        tape.own_argument_arrays(arrays_in((*args, *kwargs.values())))
         prims = [op.fun for op in tape.ops]
         prims += [e.fun for e in tape.events if type(e) is OpGuard]
 
         def compile_variant(guard: Guard) -> Variant:
+            tape.own_argument_arrays(guard.argument_arrays)  # (any depth, any object)
             return TapeVariant(tape, request, guard)
 
         return Traced(result, compile_variant, tape.unsupported, prims)

@@ -28,6 +28,7 @@ import numpy as np
 from autograd.core import add_outgrads, primitive_vjps, vspace
 
 from ...code import GENERATED_FILE
+from ...nodes import SCALAR_TYPES, same_scalar
 from ..base import Miss, Transform
 from . import adjoints
 from .record import BoolGuard, Op, OpGuard, Tape, Unsupported
@@ -37,21 +38,26 @@ _names = itertools.count()
 
 
 def same(a: Any, b: Any) -> bool:
-    """Exact equality of guard values (arrays by shape, dtype and content; NaN == NaN)."""
+    """Exact equality of guard values: arrays by shape, dtype and content, floating-point
+    ones bit for bit (``ceil(-0.3)`` is ``-0.0``, which ``arctan2`` tells from ``0.0``;
+    NaNs by their sign too), scalars as :func:`~ipyrefresh._src.nodes.same_scalar`."""
     ta = type(a)
     if ta is not type(b):
         return False
     if ta is np.ndarray:
-        return (
-            a.shape == b.shape
-            and a.dtype == b.dtype
-            and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
-        )
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.dtype.kind in "fc":
+            return bool(a.tobytes() == b.tobytes())  # (C order; NaNs alike only bit for bit)
+        return bool(np.array_equal(a, b))
     if ta is tuple or ta is list:
         return len(a) == len(b) and all(map(same, a, b))
+    if ta in SCALAR_TYPES or issubclass(ta, np.generic):
+        try:
+            return same_scalar(a, b)
+        except Exception:
+            return False
     try:
-        if a != a:  # NaN
-            return bool(b != b)
         return bool(a == b)
     except Exception:
         return False

@@ -93,9 +93,11 @@ class Tape:
     #: argument values, keywords): one left behind raised, and the function went on.
     pending: list[tuple[Any, Any, Any]] = field(default_factory=list)
 
-    def own_argument_arrays(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Copy, as they are now, the constants that are (views of) argument arrays."""
-        roots = {id(a) for a in _arrays_in((*args, *kwargs.values()))}
+    def own_argument_arrays(self, arrays: list[Any]) -> None:
+        """Copy, as they are now, the constants that are (views of) ``arrays``: the
+        arguments' arrays, which the guard compares by contents, not identity (the caller
+        may change one in place and pass an equal copy)."""
+        roots = {id(a) for a in arrays}
         if not roots:
             return
         for e in self.events:
@@ -159,15 +161,15 @@ class Tape:
         return [e for e in self.events if type(e) is Op]
 
 
-def _arrays_in(values: Any, depth: int = 0) -> list[Any]:
+def arrays_in(values: Any, depth: int = 0) -> list[Any]:
     found = []
     for v in values:
         if type(v) is np.ndarray:
             found.append(v)
         elif type(v) in (list, tuple) and depth < 4:
-            found += _arrays_in(v, depth + 1)
+            found += arrays_in(v, depth + 1)
         elif type(v) is dict and depth < 4:
-            found += _arrays_in(v.values(), depth + 1)
+            found += arrays_in(v.values(), depth + 1)
     return found
 
 
