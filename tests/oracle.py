@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as onp
+import numpy.testing  # (loaded now: numpy loads it lazily, on first use)
 
 
 def same_result(got: Any, want: Any) -> None:

@@ -8,6 +8,8 @@ import collections
 import contextlib
 import io
 import operator
+import subprocess
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -714,3 +716,25 @@ def test_every_route_to_a_traced_number_runs_autograd(engine: Engine, fn: Any) -
     for v in [1.0, 2.0, 3.0]:
         check(handle, v)
     assert handle.entries[0].variants[0].replays_python
+
+
+def test_a_warning_shown_while_building_leaves_the_replay() -> None:
+    """Showing a warning reads its source line (linecache opens the file): that is the
+    warnings machinery, not the function's I/O, and must not send it to plain autograd.
+    (In a fresh interpreter: pytest records warnings instead of showing them.)"""
+    script = """
+import autograd, autograd.numpy as np, numpy as onp
+from ipyrefresh._src.handles import Derivative
+def f(x):
+    return np.sum(np.log(x) * x)
+h = Derivative("grad", f)
+xs = [onp.array([0.0, 1.0]), onp.array([2.0, 1.0]), onp.array([3.0, 0.5])]
+same = [bool(onp.array_equal(h(x), autograd.grad(f)(x), equal_nan=True)) for x in xs]
+entry = h.entries[0]
+print(same, entry.variants[0].replays_python, repr(entry.info.note), entry.last_event)
+"""
+    done = subprocess.run(
+        [sys.executable, "-W", "always", "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert "RuntimeWarning" in done.stderr, done.stderr
+    assert done.stdout.split() == ["[True,", "True,", "True]", "False", "''", "cache", "hit"]

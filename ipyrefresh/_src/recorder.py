@@ -18,11 +18,13 @@ import gc
 import importlib
 import importlib.util
 import io
+import linecache
 import os
 import random
 import sys
 import threading
 import time
+import tokenize
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -232,6 +234,8 @@ def effect_of(fn: Any, caller: CodeType) -> str | None:
 
 
 _WARNINGS_FILE = os.path.normcase(getattr(sys.modules["warnings"], "__file__", "") or "")
+#: Showing a warning reads the source line through linecache (and tokenize's open).
+_SOURCE_FILES = {os.path.normcase(getattr(m, "__file__", "") or "") for m in (linecache, tokenize)}
 
 
 _IMPORT_MODULE = importlib.import_module.__code__
@@ -244,13 +248,15 @@ _machinery_dirs: dict[str, str] = {}
 
 def _machinery(code: CodeType) -> bool:
     """Calls made by machinery, not effects a replay must repeat: the ``warnings``
-    module's output (a replay warns through numpy itself, and Python shows a warning once
-    per place anyway), the file reads of a first import, ipyrefresh's own work, and JAX's
-    tracing and compiling (its clocks, logs and caches; what a jitted function does at
-    run time is JAX's business, ``jax.debug.print`` included)."""
+    module's output and the source line it shows (read through ``linecache``: a replay
+    warns through numpy itself, and Python shows a warning once per place anyway), the
+    file reads of a first import, ipyrefresh's own work, and JAX's tracing and compiling
+    (its clocks, logs and caches; what a jitted function does at run time is JAX's
+    business, ``jax.debug.print`` included)."""
     name = os.path.normcase(code.co_filename)
     if (
         name == _WARNINGS_FILE
+        or name in _SOURCE_FILES
         or name.startswith("<frozen importlib")
         or name.startswith(_IMPORTLIB_DIR)
         or name.startswith(_OWN_DIR)
