@@ -220,6 +220,7 @@ def test_a_value_met_once_runs_the_code_and_traces_nothing(engine: Engine) -> No
             check(handle, w, X, y)
     entry = handle.entry(w, X, y)
     assert entry is not None and entry.builds == 1 and len(entry.variants) == 1
+    assert engine.status(check=False)["unbuilt_calls"] == 3 * MAX_VARIANTS - 1
     assert not entry.variants[0].replays_python  # still the tape of the first call
 
     # Two batches taken in turn (an epoch of two): both get a path and replay.

@@ -212,9 +212,9 @@ class Engine:
         self.stats["unbuilt_calls"] += 1
         first = entry.variants[0]
         why = "new values of arguments it reads; a path is traced when they come again"
-        answer = compilers.get(entry.key.backend).fallback(entry.request, first.guard, why)
+        fallback = compilers.get(entry.key.backend).fallback(entry.request, first.guard, why)
         entry.mark("ran the code: " + why)
-        return answer.run(fn, args, kwargs)
+        return fallback.run(fn, args, kwargs)
 
     def _try(
         self, entry: Entry, variant: Variant, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -409,6 +409,7 @@ class Engine:
                 "builds": self.stats["builds"],
                 "rebuilds": self.stats["rebuilds"],
                 "variants": self.stats["variants"],
+                "unbuilt_calls": self.stats["unbuilt_calls"],
                 "evictions": self.cache.evictions,
                 "internal_errors": self.stats["internal_errors"],
                 "entries": entries,
