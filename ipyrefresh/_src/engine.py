@@ -198,7 +198,12 @@ class Engine:
                     entry.hit(variant, self.cell)
                     entry.mark("cache hit")
                     return entry, answer
-            if read and entry.state is State.FRESH and entry.first_sight(read, args, kwargs):
+            if (
+                read
+                and entry.state is State.FRESH
+                and compilers.get(entry.key.backend).run_first_sight
+                and entry.first_sight(read, args, kwargs)
+            ):
                 return entry, self._run_unbuilt(entry, fn, args, kwargs)
             return entry, self._build(entry, fn, args, kwargs)
 
@@ -206,7 +211,7 @@ class Engine:
         self, entry: Entry, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         """Arguments the variants read have values not seen before: run the code (plain
-        autograd, unjitted JAX) for this call. A value that changes every call (a new
+        autograd) for this call. A value that changes every call (a new
         minibatch, Newton's next estimate) would otherwise trace a path per call, each
         never used again; a value seen a second time gets its own traced path."""
         self.stats["unbuilt_calls"] += 1

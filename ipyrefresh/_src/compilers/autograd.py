@@ -51,6 +51,7 @@ class AutogradCompiler:
 
     name = "autograd"
     needs_guard = False
+    run_first_sight = False  # (it has no variants to miss)
 
     def trace(
         self, fn: Any, request: Request, args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -306,6 +306,7 @@ class JaxCompiler:
 
     name = "jax"
     needs_guard = True
+    run_first_sight = False  # a new static value compiles, as with jax.jit
 
     def __init__(self) -> None:
         _convert_without_cache()

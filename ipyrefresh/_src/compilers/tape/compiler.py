@@ -100,6 +100,7 @@ class TapeCompiler:
 
     name = "tape"
     needs_guard = True
+    run_first_sight = True
 
     def trace(
         self, fn: Any, request: Request, args: tuple[Any, ...], kwargs: dict[str, Any]
