@@ -31,6 +31,12 @@ from ._src.keys import Transform
 if "jax" not in compilers.available():  # pragma: no cover - depends on the environment
     raise ImportError(f"ipyrefresh.jax {compilers.UNAVAILABLE.get('jax', 'needs jax')}")
 
+# Set the backend up now, not at the first build: it makes a JAX context of its own, and
+# a new context changes the keys of JAX's trace caches. Made later, it would send the
+# user's own jax.jit functions compiled in between to trace again, with the code and
+# globals of that moment (a jax.jit that baked in c = 1.0 would start answering c = 4.0).
+compilers.get("jax")
+
 __all__ = ["elementwise_grad", "grad", "hessian", "jacobian", "jit", "value_and_grad"]
 
 
