@@ -14,8 +14,9 @@ agree with a fresh, unjitted ``jax.grad`` (``jax.value_and_grad``, ``jax.jacobia
 ``jax.hessian``) of the current code, and ``rj.jit`` with a fresh ``jax.jit``.
 
 Needs the optional extra: ``pip install ipyrefresh[jax]``. Importing ``ipyrefresh``
-itself never imports jax; ``%config IPyRefresh.backend = "jax"`` makes
-``ipyrefresh.grad`` and ``%grad`` use JAX too.
+itself never imports jax; importing ``ipyrefresh.jax`` imports jax and sets the backend
+up. ``%config IPyRefresh.backend = "jax"`` makes ``ipyrefresh.grad`` and ``%grad`` use
+JAX too.
 """
 
 from __future__ import annotations
