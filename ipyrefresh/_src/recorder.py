@@ -142,7 +142,7 @@ def _python_effects() -> dict[CodeType, str]:
     from the first run. Counted only when user code calls them."""
     import numpy as np
     from autograd import builtins as abuiltins
-    from autograd.tracer import Box, getval
+    from autograd.tracer import getval
 
     found: dict[CodeType, str] = {}
     numeric = "changes numpy's floating-point error handling while it runs"
