@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from .frontend.harness import (
+    FOCUS_LOG,
     G_NEW,
     ITEM,
     PANEL,
@@ -30,6 +31,7 @@ from .frontend.harness import (
     run_cell,
     running,
     shot,
+    wait_for_focus,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
@@ -65,6 +67,7 @@ def _check(page: Any, server: Server) -> None:
 
     # Keyboard: Enter opens the list below the toolbar with the focus in it; Escape
     # closes it and gives the focus back.
+    page.evaluate(FOCUS_LOG)
     item.focus()
     page.keyboard.press("Enter")
     popup = page.locator(POPUP)
@@ -80,10 +83,7 @@ def _check(page: Any, server: Server) -> None:
     page.keyboard.press("Escape")
     popup.wait_for(state="detached", timeout=QUICK)
     # (the focus returns as the popup closes; waited for, as a status push may be on its way)
-    page.wait_for_function(
-        "document.activeElement === document.querySelector('.ipyrefresh-ToolbarItem')",
-        timeout=QUICK,
-    )
+    wait_for_focus(page, TOOLBAR_ITEM, QUICK)
 
     # The reason's link selects its cell; the refresh button rebuilds.
     item.click()

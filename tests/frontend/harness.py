@@ -246,6 +246,37 @@ def new_page(browser: Any, **context_options: Any) -> Iterator[Any]:
     assert not [e for e in errors if "ipyrefresh" in e], errors
 
 
+FOCUS_LOG = """() => {
+    if (window.__focusLog) { return; }
+    const log = window.__focusLog = [];
+    const name = el => !el || !el.tagName ? String(el) : el.tagName.toLowerCase() +
+        (el.className ? '.' + String(el.className).split(' ').join('.') : '');
+    for (const type of ['focusin', 'focusout']) {
+        document.addEventListener(type, e => log.push(`${(performance.now() / 1000).toFixed(3)}` +
+            ` ${type} ${name(e.target)} -> ${name(e.relatedTarget)}`), true);
+    }
+}"""
+
+
+def wait_for_focus(page: Any, selector: str, timeout: float) -> None:
+    """Wait until the element ``selector`` has the focus; on a timeout, fail with where the
+    focus is and the focus events since ``page.evaluate(FOCUS_LOG)`` started the log."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(
+            "s => document.activeElement === document.querySelector(s)",
+            arg=selector,
+            timeout=timeout,
+        )
+    except PlaywrightTimeout:
+        where = page.evaluate(
+            "() => [document.activeElement && document.activeElement.outerHTML.slice(0, 200),"
+            " document.hasFocus(), (window.__focusLog || []).slice(-40)]"
+        )
+        raise AssertionError(f"the focus is not on {selector}: {where}") from None
+
+
 def shot(page: Any, name: str) -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / f"frontend-{name}.png"
