@@ -238,7 +238,7 @@ def _unboxes(log: CallLog) -> list[str]:
             or "_value" in facts.attrs
             or "getval" in facts.attrs
             or not _PICKLING.isdisjoint(facts.attrs)
-            or _names_value(code)
+            or "_value" in facts.const_names
         ):
             found.append(f"{codefacts.qualname(code)} reads traced values directly (getval)")
     return found
@@ -246,17 +246,6 @@ def _unboxes(log: CallLog) -> list[str]:
 
 #: What hands a box's state out as plain values (``x.__getstate__()[1]['_value']``).
 _PICKLING = frozenset({"__getstate__", "__reduce__", "__reduce_ex__"})
-
-
-def _names_value(code: CodeType) -> bool:
-    """The string ``'_value'`` is among ``code``'s constants (``getattr(x, '_value')``,
-    ``attrgetter('_value')``, ``object.__getattribute__(x, '_value')``), nested code too."""
-    for const in code.co_consts:
-        if const == "_value" and type(const) is str:
-            return True
-        if type(const) is CodeType and _names_value(const):
-            return True
-    return False
 
 
 def _edges(log: CallLog, fn: Any, label: str) -> dict[tuple[str, str], str]:

@@ -64,6 +64,9 @@ class CodeFacts:
     dynamic_namespace: bool  # globals()[computed], vars(), eval, exec
     introspects: bool  # locals(), frame objects
     loaded_locals: frozenset[str]  # local (and cell) variables that are read
+    #: String constants that are identifiers: attribute names used through ``getattr(x,
+    #: 'name')``, ``attrgetter('name')`` or ``object.__getattribute__(x, 'name')``.
+    const_names: frozenset[str]
 
 
 _cache: WeakKeyDictionary[CodeType, CodeFacts] = WeakKeyDictionary()
@@ -86,9 +89,11 @@ def _scan(code: CodeType) -> CodeFacts:
     stores_free: set[str] = set()
     dynamic = False
     introspects = False
+    const_names: set[str] = set()
     stack = [(code, True)]
     while stack:
         co, own = stack.pop()
+        const_names.update(c for c in co.co_consts if type(c) is str and c.isidentifier())
         ins = list(dis.get_instructions(co))
         chains.update(_chains(ins))
         for i, op in enumerate(ins):
@@ -133,6 +138,7 @@ def _scan(code: CodeType) -> CodeFacts:
         dynamic_namespace=dynamic,
         introspects=introspects,
         loaded_locals=frozenset(loaded),
+        const_names=frozenset(const_names),
     )
 
 
