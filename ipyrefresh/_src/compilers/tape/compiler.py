@@ -113,12 +113,17 @@ class TapeCompiler:
         tape = Tape()
         result = transform(request.transform, tape)(fn, request.argnum)(*args, **kwargs)
         tape.finish()
-        tape.own_argument_arrays(arrays_in((*args, *kwargs.values())))
+        # The arrays in plain containers, differentiated ones included (the guard's walk
+        # skips those), as the trace saw them: the build makes the variant before it
+        # returns, and nothing runs the caller's code in between.
+        arrays = arrays_in((*args, *kwargs.values()))
         prims = [op.fun for op in tape.ops]
         prims += [e.fun for e in tape.events if type(e) is OpGuard]
 
         def compile_variant(guard: Guard) -> Variant:
-            tape.own_argument_arrays(guard.argument_arrays)  # (any depth, any object)
+            # (with those the guard's walk met: any depth, any object)
+            tape.own_argument_arrays([*arrays, *guard.argument_arrays])
+            arrays.clear()
             return TapeVariant(tape, request, guard)
 
         return Traced(result, compile_variant, tape.unsupported, prims)
