@@ -616,6 +616,59 @@ CASES = [
         "os.environ['IPYREFRESH_TEST_SCALE'] = '3.0'",
     ),
     C(
+        "environment_variable_through_os_getenv",
+        """
+        import os
+        os.environ["IPYREFRESH_TEST_SCALE"] = "2.0"
+        def f(x):
+            return float(os.getenv("IPYREFRESH_TEST_SCALE", "1.0")) * x ** 2
+        x = 0.5
+        dh = grad(f)
+        """,
+        "os.environ['IPYREFRESH_TEST_SCALE'] = '3.0'",
+        again="del os.environ['IPYREFRESH_TEST_SCALE']",
+    ),
+    C(
+        "environment_variable_through_expandvars",
+        """
+        import os
+        os.environ["IPYREFRESH_TEST_SCALE"] = "2.0"
+        def f(x):
+            return float(os.path.expandvars("$IPYREFRESH_TEST_SCALE")) * x ** 2
+        x = 0.5
+        dh = grad(f)
+        """,
+        "os.environ['IPYREFRESH_TEST_SCALE'] = '3.0'",
+    ),
+    C(
+        "array_file_rewritten_np_fromfile",
+        """
+        import os, tempfile
+        import numpy as onp
+        folder = tempfile.mkdtemp()
+        onp.array([2.0]).tofile(os.path.join(folder, "w.bin"))
+        def f(x):
+            return onp.fromfile(os.path.join(folder, "w.bin"))[0] * x ** 2
+        x = 0.5
+        dh = grad(f)
+        """,
+        "onp.array([3.0]).tofile(os.path.join(folder, 'w.bin'))",
+    ),
+    C(
+        "directory_listing_and_a_flag_file",
+        """
+        import os, tempfile
+        folder = tempfile.mkdtemp()
+        def f(x):
+            flag = 2.0 if os.path.exists(os.path.join(folder, "flag")) else 1.0
+            return (1.0 + len(os.listdir(folder))) * flag * x ** 2
+        x = 0.5
+        dh = grad(f)
+        """,
+        "open(os.path.join(folder, 'flag'), 'w').close()",
+        again="open(os.path.join(folder, 'more'), 'w').close()",
+    ),
+    C(
         "negative_zero_global",
         """
         z = 0.0

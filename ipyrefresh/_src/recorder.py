@@ -29,9 +29,10 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from types import BuiltinFunctionType, CodeType, FrameType
+from types import BuiltinFunctionType, CodeType, FrameType, ModuleType
 from typing import Any
 
+import numpy as np
 from autograd.tracer import Box
 
 from .code import is_user_code, is_user_frame
@@ -126,25 +127,45 @@ _FUNCTIONS: dict[Any, str] = {
     builtins.open: "opens files",
     builtins.breakpoint: "stops in a debugger",
     os.urandom: "draws OS entropy",
+    np.fromfile: "reads files",
     **{f: "reads the clock" for f in _CLOCK},
 }
 if hasattr(os, "getrandom"):
     _FUNCTIONS[os.getrandom] = "draws OS entropy"
 _DATETIME_NOW = {"now", "utcnow", "today", "fromtimestamp"}
+#: C modules whose functions ask the operating system (files, directories, the working
+#: directory, processes, users, the terminal): a replay would keep the first answer.
+_OS_MODULES = frozenset(
+    {"posix", "nt", "pwd", "grp", "spwd", "resource", "fcntl", "termios", "select", "mmap"}
+    | {"_socket", "_posixsubprocess", "_winapi", "msvcrt", "_signal"}
+)
+#: ... except those that only compute from their arguments.
+_OS_PURE = frozenset({"fspath", "strerror", "major", "minor", "makedev"})
 _PLAIN_OWNERS = frozenset({list, dict, tuple, set, frozenset, str, bytes, int, float, complex})
 
 
-def _python_effects() -> dict[CodeType, str]:
+@dataclass(frozen=True)
+class PythonEffect:
+    """What calling a library's Python function does that a replay would skip, and who
+    must call it for that to count: user code (``library_caller=False``), or a library
+    (``True``: what the guard cannot see, user code's own reads of the same object being
+    guarded)."""
+
+    what: str
+    library_caller: bool = False
+
+
+def _python_effects() -> dict[CodeType, PythonEffect]:
     """Python functions that change how the primitives' own errors and warnings come out
     while the function runs (``with np.errstate(divide='raise')``, ``catch_warnings``):
-    what a replay would skip; and autograd's own methods that read a traced value's
-    number into a plain Python value (``str(x)``, ``v in xs``), which a replay would keep
-    from the first run. Counted only when user code calls them."""
-    import numpy as np
+    what a replay would skip; autograd's own methods that read a traced value's number
+    into a plain Python value (``str(x)``, ``v in xs``), which a replay would keep from
+    the first run; and the environment variables read through a library (``os.getenv``,
+    ``os.path.expanduser``), which no guard sees."""
     from autograd import builtins as abuiltins
     from autograd.tracer import getval
 
-    found: dict[CodeType, str] = {}
+    found: dict[CodeType, PythonEffect] = {}
     numeric = "changes numpy's floating-point error handling while it runs"
     text = "turns a traced value into text (str, print, an f-string): a replay keeps its digits"
     compares = "looks a traced value up in a traced sequence (in, index)"
@@ -163,7 +184,12 @@ def _python_effects() -> dict[CodeType, str]:
     ):
         code = getattr(fn, "__code__", None)
         if type(code) is CodeType:
-            found[code] = what
+            found[code] = PythonEffect(what)
+    environ = PythonEffect("reads environment variables through a library (os.getenv)", True)
+    for name in ("__getitem__", "__iter__", "__len__"):
+        code = getattr(getattr(type(os.environ), name, None), "__code__", None)
+        if type(code) is CodeType:
+            found[code] = environ
     return found
 
 
@@ -176,7 +202,6 @@ def _notrace() -> tuple[CodeType, frozenset[Any]]:
     autograd wraps so that read only shapes and types."""
     import autograd.builtins as abuiltins
     import autograd.numpy.numpy_wrapper as wrapper
-    import numpy as np
     from autograd.tracer import notrace_primitive
 
     code = notrace_primitive(len).__code__
@@ -224,8 +249,14 @@ def effect_of(fn: Any, caller: CodeType) -> str | None:
     if found is not None:
         return found
     owner = fn.__self__
+    if type(owner) is ModuleType and owner.__name__ in _OS_MODULES:
+        if fn.__name__ not in _OS_PURE:
+            return f"asks the operating system ({owner.__name__}.{fn.__name__})"
+        return None
     if isinstance(owner, random.Random):
         return "draws random numbers (random)"
+    if type(owner) is np.ndarray and fn.__name__ == "tofile":
+        return "writes files"
     if isinstance(owner, io.IOBase) or type(owner).__module__ in ("_io", "io"):
         return "does I/O"
     if isinstance(owner, type) and owner.__module__ == "datetime" and fn.__name__ in _DATETIME_NOW:
@@ -359,11 +390,20 @@ def _profile(frame: FrameType, event: str, arg: Any) -> None:
 
 
 def _python_effect(frame: FrameType) -> None:
-    """One of :data:`_PY_EFFECTS` starts in ``frame``: an effect if user code called it."""
+    """One of :data:`_PY_EFFECTS` starts in ``frame``: an effect if the caller its
+    :class:`PythonEffect` names called it."""
     caller = frame.f_back
-    if caller is not None and is_user_code(caller.f_code):
-        for log, _ in _active():
-            log.add_effect(_PY_EFFECTS[frame.f_code])
+    if caller is None:
+        return
+    effect = _PY_EFFECTS[frame.f_code]
+    by_user = is_user_code(caller.f_code)
+    if effect.library_caller:
+        if by_user or _machinery(caller.f_code):
+            return
+    elif not by_user:
+        return
+    for log, _ in _active():
+        log.add_effect(effect.what)
 
 
 def reset_if_idle() -> None:
