@@ -564,6 +564,14 @@ def _sign_of(x: Any, c: Any) -> Any:
     return x * np.copysign(1.0, c)
 
 
+def _times(x: Any, c: Any) -> Any:
+    return x * c  # (its gradient is c: a NaN's payload comes through)
+
+
+_NAN_1 = float(onp.frombuffer(onp.uint64(0x7FF8000000000001).tobytes(), onp.float64)[0])
+_NAN32_1 = onp.frombuffer(onp.uint32(0x7FC00001).tobytes(), onp.float32)[0]
+
+
 @pytest.mark.parametrize(
     ("fn", "values"),
     [
@@ -574,6 +582,8 @@ def _sign_of(x: Any, c: Any) -> Any:
         (_sign_of, [float("nan"), -float("nan"), -float("nan")]),
         (_sign_of, [onp.float64("nan"), -onp.float64("nan")]),
         (_real_angle, [complex(float("nan"), 1), complex(float("nan"), 2)]),
+        (_times, [float("nan"), _NAN_1, _NAN_1, float("nan")]),
+        (_times, [onp.float32("nan"), _NAN32_1]),
     ],
     ids=[
         "imag 0.0/-0.0",
@@ -583,6 +593,8 @@ def _sign_of(x: Any, c: Any) -> Any:
         "nan",
         "float64 nan",
         "nan+1j",
+        "a NaN's payload",
+        "a float32 NaN's payload",
     ],
 )
 def test_arguments_are_compared_with_their_signs(

@@ -18,6 +18,7 @@ lists, dicts or arrays (functions, classes and arrays are held weakly).
 from __future__ import annotations
 
 import collections
+import struct
 import weakref
 from collections.abc import Callable, Sequence
 from types import BuiltinFunctionType, FunctionType, MethodType
@@ -91,8 +92,21 @@ def same_scalar(a: Any, b: Any) -> bool:
     if a == b:
         # 0.0 == -0.0, but arctan2 (and autograd) tell them apart: compare the sign too.
         return a != 0 or t is bool or t is int or _sign_bit(a) == _sign_bit(b)
-    # Both NaN, of the same sign (copysign tells them apart).
-    return bool(a != a and b != b) and _sign_bit(a) == _sign_bit(b)
+    # Both NaN, with the same bits: the sign (copysign tells them apart) and the payload
+    # (arithmetic carries it into the result).
+    return bool(a != a and b != b) and _nan_bits(a) == _nan_bits(b)
+
+
+def _nan_bits(v: Any) -> Any:
+    """A NaN's bits (its sign alone for a long double, whose padding bytes are not its)."""
+    if type(v) is float:
+        return _DOUBLE.pack(v)
+    if isinstance(v, np.floating) and v.dtype.itemsize <= 8:
+        return v.tobytes()
+    return _sign_bit(v)
+
+
+_DOUBLE = struct.Struct("<d")
 
 
 def _sign_bit(v: Any) -> bool | None:
@@ -596,6 +610,24 @@ class BoundBuiltin(Node):
         if type(value) is not BuiltinFunctionType or value.__name__ != self.name:
             return self.fail(value)
         return self.owner.check(value.__self__, deep)
+
+
+class Reduced(Node):
+    """A C object that cannot change but holds objects that can (``itemgetter(idx)``,
+    ``methodcaller(name, arg)``, ``idx`` a list): the very same object, and what its
+    ``__reduce__`` gives (what it holds) as it was."""
+
+    __slots__ = ("ref", "state")
+
+    def __init__(self, label: str, obj: Any, state: Node) -> None:
+        super().__init__(label)
+        self.ref = Ref(obj)
+        self.state = state
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if value is not self.ref():
+            return self.fail(value)
+        return self.state.check(value.__reduce__(), deep)
 
 
 class WeakRefTo(Node):
