@@ -669,6 +669,21 @@ CASES = [
         again="open(os.path.join(folder, 'more'), 'w').close()",
     ),
     C(
+        "index_list_held_by_itemgetter_and_methodcaller",
+        """
+        import operator
+        idx = [0, 1]
+        take = operator.itemgetter(idx)
+        call = operator.methodcaller("__getitem__", idx)
+        def f(x):
+            return np.sum(take(x) ** 3) + np.sum(call(x) ** 2)
+        x = np.array([0.5, 1.5, 2.5])
+        dh = grad(f)
+        """,
+        "idx[1] = 2",
+        again="idx.append(0)",
+    ),
+    C(
         "negative_zero_global",
         """
         z = 0.0

@@ -71,6 +71,7 @@ from .nodes import (
     Node,
     Primitive,
     Record,
+    Reduced,
     Rule,
     Scalar,
     ScalarSeq,
@@ -138,6 +139,8 @@ _DATA_TYPES += (set, frozenset, *_BUFFERS)
 #: The bases of value types a subclass (with attributes of its own) can extend.
 _SCALAR_BASES: tuple[type, ...] = (int, float, complex, str, bytes)
 #: Objects without attributes whose value never changes: checked by identity.
+#: C objects that cannot change but hold any objects, which ``__reduce__`` gives.
+_HOLDERS: tuple[type, ...] = (operator.itemgetter, operator.methodcaller)
 _IMMUTABLE_OBJECTS: tuple[type, ...] = (
     re.Pattern,
     datetime.date,
@@ -145,9 +148,7 @@ _IMMUTABLE_OBJECTS: tuple[type, ...] = (
     datetime.timedelta,
     datetime.tzinfo,
     decimal.Decimal,
-    operator.itemgetter,
-    operator.attrgetter,
-    operator.methodcaller,
+    operator.attrgetter,  # (names only)
     type(Ellipsis),
     type(NotImplemented),
 )
@@ -577,6 +578,8 @@ class Walker:
         """An object's ``__dict__`` and ``__slots__`` (its class is a root of its own).
         ``None`` for a container subclass with nothing beyond its items."""
         cls = type(obj)
+        if issubclass(cls, _HOLDERS):
+            return Reduced(label, obj, self.walk(obj.__reduce__(), label))
         if _patchable(cls):
             self._class_root(cls)
         meta = type(cls)
