@@ -684,6 +684,28 @@ CASES = [
         again="idx.append(0)",
     ),
     C(
+        "closure_reached_only_through_frompyfunc_and_cmp_to_key",
+        """
+        import functools
+        import numpy as onp
+        def make():
+            k = [2.0]
+            def scale(t):
+                return k[0] * t
+            def order(a, b):
+                return (1 if k[0] > 0 else -1) * ((a > b) - (a < b))
+            return k, onp.frompyfunc(scale, 1, 1), functools.cmp_to_key(order)
+        k, scaled, key = make()
+        values = [3.0, 1.0, 2.0]
+        def f(x):
+            return x ** 2 * float(scaled(1.0)) * sorted(values, key=key)[0]
+        x = 0.5
+        dh = grad(f)
+        """,
+        "k[0] = -5.0",
+        again="k[0] = 4.0",
+    ),
+    C(
         "negative_zero_global",
         """
         z = 0.0

@@ -179,16 +179,17 @@ def _dynamic(walker: Walker, log: CallLog) -> None:
         walker.imported(name)
     codes = log.codes
     for code, globs in codes.items():
-        if code in walker.covered:
-            continue
         qual = codefacts.qualname(code)
-        head = qual.split(".")[0]
-        if not head.startswith("<") and type(globs) is dict:
-            walker.global_name(globs, head, _prefix(globs) + head)  # covers C.m too
-        if code in walker.covered:
-            continue
-        walker.code_reads(code, globs, qual)
-        if code.co_freevars and not _made_by(code, codes):
+        if code not in walker.covered:
+            head = qual.split(".")[0]
+            if not head.startswith("<") and type(globs) is dict:
+                walker.global_name(globs, head, _prefix(globs) + head)  # covers C.m too
+            if code not in walker.covered:
+                walker.code_reads(code, globs, qual)
+        # A closure made before this run must have been reached as a function, whose
+        # cells are checked; its factory's code (what walking ``make`` covers) is not its
+        # closure. Reached through a C wrapper (np.frompyfunc, cmp_to_key), it is not.
+        if code.co_freevars and code not in walker.closures and not _made_by(code, codes):
             raise Unguardable(f"it calls {qual}, a closure it cannot locate")
 
 

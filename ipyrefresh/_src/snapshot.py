@@ -201,6 +201,8 @@ class Walker:
         self._source: str | None = None  # the user function whose reads are being walked
         #: Code objects whose function was walked (with their nested code).
         self.covered: set[CodeType] = set()
+        #: Code objects of the function objects walked: their closures are checked.
+        self.closures: set[CodeType] = set()
 
     # -- roots -------------------------------------------------------------------------
     def env_root(self, reader: Reader, node: Node) -> None:
@@ -493,6 +495,7 @@ class Walker:
         code = fn.__code__
         self.covered.add(code)
         self.covered.update(_nested(code))
+        self.closures.add(code)
         positional = codefacts.parameters(code)[0]
         defaults: Node
         if fn.__defaults__ is not None:
