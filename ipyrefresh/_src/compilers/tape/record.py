@@ -110,7 +110,7 @@ class Tape:
                 base: np.ndarray | None = a
                 while isinstance(base, np.ndarray):
                     if id(base) in roots:
-                        self.owned[id(a)] = a.copy(order="K")
+                        self.owned[id(a)] = copy_in_layout(a)
                         break
                     base = base.base
 
@@ -159,6 +159,28 @@ class Tape:
     @property
     def ops(self) -> list[Op]:
         return [e for e in self.events if type(e) is Op]
+
+
+def copy_in_layout(a: np.ndarray) -> np.ndarray:
+    """A copy of ``a`` with its strides and its data's alignment: numpy and BLAS choose how
+    to sum by the memory layout, and the replay must round as the traced run did."""
+    itemsize = a.itemsize
+    if a.size == 0 or itemsize == 0:
+        return a.copy(order="K")
+    low = sum((n - 1) * s for n, s in zip(a.shape, a.strides, strict=True) if s < 0)
+    high = sum((n - 1) * s for n, s in zip(a.shape, a.strides, strict=True) if s > 0)
+    span = high - low + itemsize
+    buffer = np.empty(span + _ALIGN, np.uint8)
+    # The first element at -low (+ shift) from the buffer's start, aligned as in ``a``.
+    shift = (a.ctypes.data + low - buffer.ctypes.data) % _ALIGN
+    out: np.ndarray = np.ndarray(
+        a.shape, a.dtype, buffer=buffer, offset=shift - low, strides=a.strides
+    )
+    out[...] = a
+    return out
+
+
+_ALIGN = 64  # (a cache line: the widest alignment a SIMD loop or BLAS kernel looks at)
 
 
 def arrays_in(values: Any, depth: int = 0) -> list[Any]:
