@@ -166,7 +166,8 @@ def copy_in_layout(a: np.ndarray) -> np.ndarray:
     to sum by the memory layout, and the replay must round as the traced run did."""
     itemsize = a.itemsize
     if a.size == 0 or itemsize == 0:
-        return a.copy(order="K")
+        empty: np.ndarray = a.copy(order="K")
+        return empty
     low = sum((n - 1) * s for n, s in zip(a.shape, a.strides, strict=True) if s < 0)
     high = sum((n - 1) * s for n, s in zip(a.shape, a.strides, strict=True) if s > 0)
     span = high - low + itemsize
