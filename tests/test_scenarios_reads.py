@@ -706,6 +706,32 @@ CASES = [
         again="k[0] = 4.0",
     ),
     C(
+        "set_with_the_same_items_in_another_order",
+        """
+        coefficients = set()
+        coefficients.add(1)
+        coefficients.add(9)
+        def f(x):
+            return sum(c * x ** i for i, c in enumerate(coefficients))
+        x = 0.5
+        dh = grad(f)
+        """,
+        "coefficients.clear(); coefficients.add(9); coefficients.add(1)",
+        again="coefficients.clear(); coefficients.add(1); coefficients.add(9)",
+    ),
+    C(
+        "timedelta_in_other_units",
+        """
+        step = np.timedelta64(1, "m")
+        def f(x):
+            return x ** 2 * float(step.astype("int64"))
+        x = 0.5
+        dh = grad(f)
+        """,
+        "step = np.timedelta64(60, 's')",
+        again="step = np.timedelta64(60000, 'ms')",
+    ),
+    C(
         "negative_zero_global",
         """
         z = 0.0

@@ -779,3 +779,28 @@ def test_a_strided_argument_replays_bit_for_bit(engine: Engine, layout: Any) -> 
     handle = Derivative("grad", _products)
     events = [check(handle, x, M) for _ in range(4)]
     assert events[-1] == "cache hit", events  # (the replay is what is compared)
+
+
+def _warns_above_one(x: Any) -> Any:
+    if x > 1.0:
+        warnings.warn("x above 1: extrapolating", UserWarning, stacklevel=2)
+    return x**2
+
+
+def test_a_warning_the_code_gives_is_given_by_every_call(engine: Engine) -> None:
+    """Built while warnings were ignored, the replay would warn no more: under "always"
+    every call must warn, under "error" raise, as autograd's do."""
+    handle = Derivative("grad", _warns_above_one)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3):
+            check(handle, 2.0)
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as shown:
+            warnings.simplefilter("always")
+            check(handle, 2.0)
+        assert [str(w.message) for w in shown] == ["x above 1: extrapolating"] * 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="extrapolating"):
+            handle(2.0)

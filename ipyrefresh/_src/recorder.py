@@ -141,6 +141,7 @@ _OS_MODULES = frozenset(
 )
 #: ... except those that only compute from their arguments.
 _OS_PURE = frozenset({"fspath", "strerror", "major", "minor", "makedev"})
+_WARN = frozenset({warnings.warn, warnings.warn_explicit})
 _PLAIN_OWNERS = frozenset({list, dict, tuple, set, frozenset, str, bytes, int, float, complex})
 
 
@@ -245,6 +246,8 @@ def effect_of(fn: Any, caller: CodeType) -> str | None:
         return None
     if fn is builtins.__import__:  # (the user's own: libraries import lazily as they run)
         return "imports by calling __import__" if is_user_code(caller) else None
+    if fn in _WARN:  # (whatever the filters say now: a replay would not warn at all)
+        return "warns (warnings.warn)" if is_user_code(caller) else None
     found = _FUNCTIONS.get(fn)
     if found is not None:
         return found
