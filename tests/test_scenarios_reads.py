@@ -732,6 +732,19 @@ CASES = [
         again="step = np.timedelta64(60000, 'ms')",
     ),
     C(
+        "array_module_array_with_the_same_bytes_in_another_typecode",
+        """
+        import array
+        counts = array.array("i", [1, 2])
+        def f(x):
+            return x ** 2 * len(counts)
+        x = 0.5
+        dh = grad(f)
+        """,
+        "counts = array.array('h', [1, 0, 2, 0])",
+        again="counts = array.array('i', [1, 2])",
+    ),
+    C(
         "negative_zero_global",
         """
         z = 0.0

@@ -342,21 +342,28 @@ class Array(Node):
 
 
 class Buffer(Node):
-    """A ``bytearray``, ``array.array`` or other mutable buffer: type and contents."""
+    """A ``bytearray``, ``array.array`` or other mutable buffer: type, layout (an
+    ``array('i')`` of two items has the bytes of an ``array('h')`` of four) and contents."""
 
-    __slots__ = ("digest", "type")
+    __slots__ = ("digest", "layout", "type")
 
     def __init__(self, label: str, obj: Any) -> None:
         super().__init__(label)
         self.type = type(obj)
+        self.layout = _layout(obj)
         self.digest = buffer_digest(obj)
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
         if type(value) is not self.type:
             return self.fail(value)
-        if buffer_digest(value) != self.digest:
+        if _layout(value) != self.layout or buffer_digest(value) != self.digest:
             return Mismatch(self.label, ChangeKind.MUTATED)
         return None
+
+
+def _layout(obj: Any) -> tuple[str, int, tuple[int, ...] | None]:
+    with memoryview(obj) as view:
+        return view.format, view.itemsize, view.shape
 
 
 class ScalarSeq(Node):
