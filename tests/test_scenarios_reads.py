@@ -745,6 +745,27 @@ CASES = [
         again="counts = array.array('i', [1, 2])",
     ),
     C(
+        "global_read_after_the_function_ran_a_profiler",
+        """
+        import cProfile
+        import numpy as onp
+        K = 2.0
+        def scale(t):
+            return t * K
+        scaled = onp.frompyfunc(scale, 1, 1)  # (only the call recorder sees scale run)
+        def f(x):
+            profiler = cProfile.Profile()
+            profiler.enable()
+            c = float(scaled(1.0))
+            profiler.disable()
+            return x ** 2 * c
+        x = 0.5
+        dh = grad(f)
+        """,
+        "K = 6.0",
+        again="K = 3.0",
+    ),
+    C(
         "negative_zero_global",
         """
         z = 0.0

@@ -246,6 +246,8 @@ def effect_of(fn: Any, caller: CodeType) -> str | None:
         return None
     if fn is builtins.__import__:  # (the user's own: libraries import lazily as they run)
         return "imports by calling __import__" if is_user_code(caller) else None
+    if fn is sys.setprofile and sys.version_info < (3, 12):  # (the recorder's own hook)
+        return "replaces the profile hook (sys.setprofile)"
     if fn in _WARN:  # (whatever the filters say now: a replay would not warn at all)
         return "warns (warnings.warn)" if is_user_code(caller) else None
     found = _FUNCTIONS.get(fn)
@@ -464,7 +466,9 @@ def record(enabled: bool = True) -> Iterator[CallLog]:
         yield log
     finally:
         _remove(stack, log)
-        if not stack and sys.getprofile() is _profile:
+        if sys.getprofile() is not _profile:  # (cProfile run inside the function)
+            log.add_effect("replaces the profile hook that records its calls (a profiler)")
+        elif not stack:
             sys.setprofile(None)
 
 
