@@ -766,6 +766,22 @@ CASES = [
         again="K = 3.0",
     ),
     C(
+        "lazy_module_class_getattr_patched_and_its_table_changed",
+        """
+        import types
+        class LazyModule(types.ModuleType):
+            table = {"scale": 2.0}
+        cfg = LazyModule("cfg")
+        LazyModule.__getattr__ = lambda self, name: type(self).table.get(name, 9.0)
+        def f(x):
+            return (cfg.scale + cfg.other) * x ** 2
+        x = 0.5
+        dh = grad(f)
+        """,
+        "LazyModule.table['scale'] = 4.0",
+        again="LazyModule.__getattr__ = lambda self, name: type(self).table.get(name, 11.0)",
+    ),
+    C(
         "negative_zero_global",
         """
         z = 0.0

@@ -538,6 +538,9 @@ class Walker:
         made in a notebook), every binding in it, since code can reach them by computed
         names (``getattr(cfg, name)``), through aliases or as arguments."""
         ns = object.__getattribute__(mod, "__dict__")
+        cls = type(mod)
+        if cls is not ModuleType and _patchable(cls):  # (a lazy module's __getattr__)
+            self._class_root(cls)
         if type(ns) is dict and id(mod) not in self._modules and _is_user_module(mod, ns):
             self._modules.add(id(mod))
             self._keep.append(mod)
