@@ -782,6 +782,35 @@ CASES = [
         again="LazyModule.__getattr__ = lambda self, name: type(self).table.get(name, 11.0)",
     ),
     C(
+        "database_row_updated",
+        """
+        import sqlite3
+        db = sqlite3.connect(":memory:")
+        db.execute("create table t (v real)")
+        db.execute("insert into t values (2.0)")
+        def f(x):
+            return db.execute("select v from t").fetchone()[0] * x ** 2
+        x = 0.5
+        dh = grad(f)
+        """,
+        "db.execute('update t set v = 5.0')",
+        again="db.execute('update t set v = 3.0')",
+    ),
+    C(
+        "file_line_read_through_linecache",
+        """
+        import linecache, os, pathlib, tempfile
+        path = os.path.join(tempfile.mkdtemp(), "scale.txt")
+        with open(path, "w") as out:
+            out.write("2.0")
+        def f(x):
+            return float(linecache.getline(path, 1)) * x ** 2
+        x = 0.5
+        dh = grad(f)
+        """,
+        "pathlib.Path(path).write_text('3.0'); linecache.checkcache(path)",
+    ),
+    C(
         "negative_zero_global",
         """
         z = 0.0

@@ -141,6 +141,10 @@ _OS_MODULES = frozenset(
 )
 #: ... except those that only compute from their arguments.
 _OS_PURE = frozenset({"fspath", "strerror", "major", "minor", "makedev"})
+#: Modules whose objects' methods read or write outside the process (files, sockets,
+#: databases): ``conn.execute(...)`` answers what the database holds now.
+_IO_MODULES = frozenset({"_io", "io", "sqlite3", "_sqlite3", "socket", "_socket", "ssl", "_ssl"})
+_IO_MODULES |= {"select", "mmap", "_dbm", "_gdbm", "dbm", "_multiprocessing", "_queue"}
 _WARN = frozenset({warnings.warn, warnings.warn_explicit})
 _PLAIN_OWNERS = frozenset({list, dict, tuple, set, frozenset, str, bytes, int, float, complex})
 
@@ -154,6 +158,11 @@ class PythonEffect:
 
     what: str
     library_caller: bool = False
+
+
+#: What user code calls to read a file through linecache (which is the warnings
+#: machinery's when the warnings module calls it).
+_LINECACHE_READS = (linecache.getline, linecache.getlines, linecache.updatecache)
 
 
 def _python_effects() -> dict[CodeType, PythonEffect]:
@@ -182,6 +191,7 @@ def _python_effects() -> dict[CodeType, PythonEffect]:
         (getval, "reads traced values directly (getval)"),
         (seq.__contains__, compares),
         (seq.index, compares),
+        *((f, "reads source files (linecache)") for f in _LINECACHE_READS),
     ):
         code = getattr(fn, "__code__", None)
         if type(code) is CodeType:
@@ -262,7 +272,7 @@ def effect_of(fn: Any, caller: CodeType) -> str | None:
         return "draws random numbers (random)"
     if type(owner) is np.ndarray and fn.__name__ == "tofile":
         return "writes files"
-    if isinstance(owner, io.IOBase) or type(owner).__module__ in ("_io", "io"):
+    if isinstance(owner, io.IOBase) or type(owner).__module__ in _IO_MODULES:
         return "does I/O"
     if isinstance(owner, type) and owner.__module__ == "datetime" and fn.__name__ in _DATETIME_NOW:
         return "reads the clock"
