@@ -321,6 +321,32 @@ def _machinery(code: CodeType) -> bool:
     return False
 
 
+def _called_by_machinery(code: CodeType) -> bool:
+    """:func:`_by_machinery` for a ``sys.monitoring`` call event of ``code``."""
+    frame = sys._getframe(2)  # (this function's caller is the event's callback)
+    return _by_machinery(frame) if frame.f_code is code else _machinery(code)
+
+
+def _by_machinery(frame: FrameType) -> bool:
+    """Whether a call made in ``frame`` is machinery's: made by machinery code itself, or
+    by library code machinery called (the standard library's glob or importlib.metadata
+    under JAX's backend set-up, ``os.environ`` read by JAX's config), with no user code
+    (nor ipyrefresh's, which runs the user's) in between."""
+    if _machinery(frame.f_code):
+        return True
+    back = frame.f_back
+    for _ in range(_MAX_WALK):
+        if back is None:
+            return False
+        code = back.f_code
+        if is_user_code(code) or os.path.normcase(code.co_filename).startswith(_OWN_DIR):
+            return False
+        if _machinery(code):
+            return True
+        back = back.f_back
+    return False
+
+
 # -- the hooks -------------------------------------------------------------------------------
 
 _local = threading.local()
@@ -399,7 +425,7 @@ def _profile(frame: FrameType, event: str, arg: Any) -> None:
             _library(code)
     elif event == "c_call" and type(arg) is BuiltinFunctionType:
         what = effect_of(arg, frame.f_code)
-        if what is not None and not _machinery(frame.f_code) and not _in_gc():
+        if what is not None and not _in_gc() and not _by_machinery(frame):
             for log, _ in _active():
                 log.add_effect(what)
 
@@ -413,7 +439,7 @@ def _python_effect(frame: FrameType) -> None:
     effect = _PY_EFFECTS[frame.f_code]
     by_user = is_user_code(caller.f_code)
     if effect.library_caller:
-        if by_user or _machinery(caller.f_code):
+        if by_user or _by_machinery(caller):
             return
     elif not by_user:
         return
@@ -598,7 +624,7 @@ class _Monitor:
         def on_call(code: CodeType, offset: int, fn: Any, arg0: Any) -> Any:
             if type(fn) is BuiltinFunctionType and threading.get_ident() == thread:
                 what = effect_of(fn, code)
-                if what is not None and not _machinery(code) and not _in_gc():
+                if what is not None and not _in_gc() and not _called_by_machinery(code):
                     for log, _ in _active():
                         log.add_effect(what)
             return None
