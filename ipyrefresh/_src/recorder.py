@@ -29,7 +29,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from types import BuiltinFunctionType, CodeType, FrameType, ModuleType
+from types import BuiltinFunctionType, CodeType, FrameType, MethodDescriptorType, ModuleType
 from typing import Any
 
 import numpy as np
@@ -251,7 +251,19 @@ def effect_of(fn: Any, caller: CodeType) -> str | None:
     runs)."""
     if type(fn) is not BuiltinFunctionType:
         return None
-    owner_type = type(fn.__self__)
+    return _effect(fn, fn.__self__, caller)
+
+
+def method_effect(method: Any, owner: Any, caller: CodeType) -> str | None:
+    """:func:`effect_of` for a method called unbound, with its object (what
+    ``sys.monitoring`` reports for ``db.execute(q)``): never bound here."""
+    if type(owner) in _PLAIN_OWNERS or not isinstance(owner, method.__objclass__):
+        return None
+    return _effect(method, owner, caller)
+
+
+def _effect(fn: Any, owner: Any, caller: CodeType) -> str | None:
+    owner_type = type(owner)
     if owner_type in _PLAIN_OWNERS:  # list.append, dict.get...: the most common C calls
         return None
     if fn is builtins.__import__:  # (the user's own: libraries import lazily as they run)
@@ -263,7 +275,6 @@ def effect_of(fn: Any, caller: CodeType) -> str | None:
     found = _FUNCTIONS.get(fn)
     if found is not None:
         return found
-    owner = fn.__self__
     if type(owner) is ModuleType and owner.__name__ in _OS_MODULES:
         if fn.__name__ not in _OS_PURE:
             return f"asks the operating system ({owner.__name__}.{fn.__name__})"
@@ -622,11 +633,21 @@ class _Monitor:
     @staticmethod
     def _call_callback(thread: int) -> Callable[[CodeType, int, Any, Any], Any]:
         def on_call(code: CodeType, offset: int, fn: Any, arg0: Any) -> Any:
-            if type(fn) is BuiltinFunctionType and threading.get_ident() == thread:
+            kind = type(fn)
+            if kind is BuiltinFunctionType:
                 what = effect_of(fn, code)
-                if what is not None and not _in_gc() and not _called_by_machinery(code):
-                    for log, _ in _active():
-                        log.add_effect(what)
+            elif kind is MethodDescriptorType:  # (``db.execute(q)``: the method, unbound)
+                what = method_effect(fn, arg0, code)
+            else:
+                return None
+            if (
+                what is not None
+                and threading.get_ident() == thread
+                and not _in_gc()
+                and not _called_by_machinery(code)
+            ):
+                for log, _ in _active():
+                    log.add_effect(what)
             return None
 
         return on_call
