@@ -251,7 +251,10 @@ def effect_of(fn: Any, caller: CodeType) -> str | None:
     runs)."""
     if type(fn) is not BuiltinFunctionType:
         return None
-    return _effect(fn, fn.__self__, caller)
+    owner = fn.__self__
+    if type(owner) in _PLAIN_OWNERS:  # list.append, dict.get...: the most common C calls
+        return None
+    return _effect(fn, owner, caller)
 
 
 def method_effect(method: Any, owner: Any, caller: CodeType) -> str | None:
@@ -263,9 +266,6 @@ def method_effect(method: Any, owner: Any, caller: CodeType) -> str | None:
 
 
 def _effect(fn: Any, owner: Any, caller: CodeType) -> str | None:
-    owner_type = type(owner)
-    if owner_type in _PLAIN_OWNERS:  # list.append, dict.get...: the most common C calls
-        return None
     if fn is builtins.__import__:  # (the user's own: libraries import lazily as they run)
         return "imports by calling __import__" if is_user_code(caller) else None
     if fn is sys.setprofile and sys.version_info < (3, 12):  # (the recorder's own hook)
