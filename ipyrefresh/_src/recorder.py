@@ -196,7 +196,9 @@ def _python_effects() -> dict[CodeType, PythonEffect]:
         code = getattr(fn, "__code__", None)
         if type(code) is CodeType:
             found[code] = PythonEffect(what)
-    environ = PythonEffect("reads environment variables through a library (os.getenv)", True)
+    environ = PythonEffect(
+        "reads environment variables where no guard sees it (os.getenv, os.environ.get)", True
+    )
     for name in ("__getitem__", "__iter__", "__len__"):
         code = getattr(getattr(type(os.environ), name, None), "__code__", None)
         if type(code) is CodeType:
