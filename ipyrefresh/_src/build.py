@@ -178,6 +178,7 @@ def _dynamic(walker: Walker, log: CallLog) -> None:
     for name in sorted(log.imports):
         walker.imported(name)
     codes = log.codes
+    made: set[CodeType] | None = None
     for code, globs in codes.items():
         qual = codefacts.qualname(code)
         if code not in walker.covered:
@@ -189,22 +190,15 @@ def _dynamic(walker: Walker, log: CallLog) -> None:
         # A closure made before this run must have been reached as a function, whose
         # cells are checked; its factory's code (what walking ``make`` covers) is not its
         # closure. Reached through a C wrapper (np.frompyfunc, cmp_to_key), it is not.
-        if code.co_freevars and code not in walker.closures and not _made_by(code, codes):
-            raise Unguardable(f"it calls {qual}, a closure it cannot locate")
+        if code.co_freevars and code not in walker.closures:
+            made = _made_by_run(codes) if made is None else made
+            if code not in made:
+                raise Unguardable(f"it calls {qual}, a closure it cannot locate")
 
 
-def _made_by(code: CodeType, codes: Mapping[CodeType, Any]) -> bool:
-    """``code`` is nested in a code object that ran: its closure was made by this run."""
-    for other in codes:
-        stack = [other]
-        while stack:
-            co = stack.pop()
-            for c in co.co_consts:
-                if c is code:
-                    return True
-                if type(c) is CodeType:
-                    stack.append(c)
-    return False
+def _made_by_run(codes: Mapping[CodeType, Any]) -> set[CodeType]:
+    """The code nested in code that ran: closures of these were made by this run."""
+    return {c for other in codes for c in codefacts.nested(other)}
 
 
 def _prefix(globs: Mapping[str, Any]) -> str:
@@ -216,12 +210,16 @@ def _stores(log: CallLog) -> list[str]:
     """``global x; x = ...`` and ``nonlocal`` stores into cells made before this run."""
     found = []
     codes = log.codes
+    made: set[CodeType] | None = None
     for code in codes:
         facts = codefacts.facts(code)
         qual = codefacts.qualname(code)
         if facts.stores_globals:
             found.append(f"{qual} assigns a global variable")
-        if facts.stores_free and not _made_by(code, codes):
+        if not facts.stores_free:
+            continue
+        made = _made_by_run(codes) if made is None else made
+        if code not in made:
             names = ", ".join(sorted(facts.stores_free))
             found.append(f"{qual} changes the nonlocal variable {names}")
     return found

@@ -298,6 +298,20 @@ def unread_arguments(
     return frozenset(unread), frozenset(unread_kw)
 
 
+def nested(code: CodeType) -> list[CodeType]:
+    """The code objects nested in ``code`` (its functions, lambdas, comprehensions and
+    classes, and theirs)."""
+    out: list[CodeType] = []
+    stack = [code]
+    while stack:
+        co = stack.pop()
+        for c in co.co_consts:
+            if type(c) is CodeType:
+                out.append(c)
+                stack.append(c)
+    return out
+
+
 def qualname(code: CodeType) -> str:
     """``co_qualname`` (3.11+), or the plain name on 3.10."""
     q = getattr(code, "co_qualname", None)

@@ -132,6 +132,8 @@ _FUNCTIONS: dict[Any, str] = {
 }
 if hasattr(os, "getrandom"):
     _FUNCTIONS[os.getrandom] = "draws OS entropy"
+if sys.version_info < (3, 12):  # (the call recorder's own hook; 3.12+ records otherwise)
+    _FUNCTIONS[sys.setprofile] = "replaces the profile hook (sys.setprofile)"
 _DATETIME_NOW = {"now", "utcnow", "today", "fromtimestamp"}
 #: C modules whose functions ask the operating system (files, directories, the working
 #: directory, processes, users, the terminal): a replay would keep the first answer.
@@ -270,8 +272,6 @@ def method_effect(method: Any, owner: Any, caller: CodeType) -> str | None:
 def _effect(fn: Any, owner: Any, caller: CodeType) -> str | None:
     if fn is builtins.__import__:  # (the user's own: libraries import lazily as they run)
         return "imports by calling __import__" if is_user_code(caller) else None
-    if fn is sys.setprofile and sys.version_info < (3, 12):  # (the recorder's own hook)
-        return "replaces the profile hook (sys.setprofile)"
     if fn in _WARN:  # (whatever the filters say now: a replay would not warn at all)
         return "warns (warnings.warn)" if is_user_code(caller) else None
     found = _FUNCTIONS.get(fn)

@@ -494,7 +494,7 @@ class Walker:
             return Primitive(label, fn)
         code = fn.__code__
         self.covered.add(code)
-        self.covered.update(_nested(code))
+        self.covered.update(codefacts.nested(code))
         self.closures.add(code)
         positional = codefacts.parameters(code)[0]
         defaults: Node
@@ -662,18 +662,6 @@ def _weak(obj: Any) -> Callable[[], Any]:
     from .nodes import Ref
 
     return Ref(obj)
-
-
-def _nested(code: CodeType) -> list[CodeType]:
-    out: list[CodeType] = []
-    stack = [code]
-    while stack:
-        co = stack.pop()
-        for c in co.co_consts:
-            if type(c) is CodeType:
-                out.append(c)
-                stack.append(c)
-    return out
 
 
 def _ns_prefix(globs: Mapping[str, Any]) -> str:
