@@ -75,11 +75,42 @@ def assert_same(got: Any, want: Any, what: str = "") -> None:
 def check(ip: Shell, call: str, oracle: str, times: int = 2, what: str = "") -> Any:
     """Call the handle ``times`` times, each time followed at once by the oracle; return
     the oracle's last answer."""
+    guards_agree()
     want = None
     for k in range(times):
         got, want = ip.run(f"({call}), ({oracle})")
         assert_same(got, want, f"{what} call {k + 1} of {call}")
     return want
+
+
+def guards_agree() -> None:
+    """Every cached variant's compiled guard gives the verdict its nodes give one by one
+    (``guardgen`` emits the checks the nodes define), on the objects bound now and on the
+    entry's last arguments when it kept them."""
+    from ipyrefresh._src.engine import current
+
+    def verdict(check: Any, *args: Any) -> Any:
+        try:
+            bad = check(*args)
+        except Exception as exc:  # (a reader can raise: both must, the same way)
+            return ("raised", type(exc))
+        return None if bad is None else (bad.subject, bad.kind, bad.arg)
+
+    for entry in list(current().cache):
+        try:
+            fn = entry.target.resolve()
+        except Exception:  # the name is gone, or model.loss raises now
+            continue
+        for variant in entry.variants:
+            guard = variant.guard
+            compiled = verdict(guard.check_env, fn, True)
+            interpreted = verdict(guard.check_interpreted, fn, (), {}, True, True)
+            assert compiled == interpreted, (entry.target.label, compiled, interpreted)
+            if entry.example is not None:
+                args, kwargs = entry.example
+                compiled = verdict(guard.check, fn, args, kwargs)
+                interpreted = verdict(guard.check_interpreted, fn, args, kwargs)
+                assert compiled == interpreted, (entry.target.label, compiled, interpreted)
 
 
 def states(ip: Shell, handle: str) -> list[str]:

@@ -1212,6 +1212,36 @@ CASES = [
     ),
     # -- arrays --------------------------------------------------------------------------
     C(
+        # numpy refuses to resize an array that has a weak reference: the guard must not
+        # hold one, or this change raises in the user's own cell.
+        "array_resized_in_place",
+        """
+        D = onp.array([1.0, 2.0, 3.0, 4.0])
+        def f(x):
+            return np.sum(D) * x ** 2
+        x = 0.5
+        dh = grad(f)
+        """,
+        "D.resize(D.size + 2, refcheck=False); D[-2:] = 1.5",
+    ),
+    *(
+        C(
+            # The old array is freed (by a replay that holds none): its address, hence
+            # its id, can go to the new one, with the same shape and dtype.
+            f"array_deleted_then_rebound_{backend}",
+            f"""
+            D = onp.array([1.0, 2.0, 3.0, 4.0])
+            def f(x):
+                return np.sum(D) * x ** 2
+            x = 0.5
+            dh = ipyrefresh.Derivative("grad", f, 0, "{backend}")
+            """,
+            "del D\nD = onp.array([1.0, 2.0, 3.0, 4.0]) * 2.0",
+            again="del D\nD = onp.array([5.0, 2.0, 3.0, 4.0])",
+        )
+        for backend in ("tape", "autograd")
+    ),
+    C(
         "ndarray_subclass_attribute",
         """
         class Tagged(onp.ndarray):

@@ -59,13 +59,21 @@ class Guard:
         return self._compiled()[0](fn, (), {}, deep)
 
     def check_interpreted(
-        self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], deep: bool = True
+        self,
+        fn: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        deep: bool = True,
+        env_only: bool = False,
     ) -> Mismatch | None:
-        """The same verdict as :meth:`check`, node by node (the reference for tests)."""
+        """The same verdict as :meth:`check` (``env_only``: as :meth:`check_env`), node by
+        node (the reference for tests)."""
         for reader, node in self.env:
             bad = node.check(reader.read(fn, args, kwargs), deep)
             if bad is not None:
                 return bad
+        if env_only:
+            return None
         for reader, node in self.args:
             bad = node.check(reader.read(fn, args, kwargs), deep)
             if bad is not None:

@@ -317,9 +317,15 @@ class Array(Node):
     *same object*: a compiled replay holds them, so an equal copy bound in their place
     could hide a later change of the old one. An argument's arrays need not be: the
     tape keeps its own copy of what it read from arguments.
+
+    The object is known by its ``id``, not by a weak reference: numpy refuses
+    ``a.resize(n, refcheck=False)`` on an array that has one, so a guard's weak
+    reference would break the user's own code. An ``id`` is reused only once its array
+    is gone, which cannot happen while a replay holds the array; a replay that holds no
+    array reads the contents, and the digest checks those.
     """
 
-    __slots__ = ("digest", "dtype", "ref", "shape", "strides", "type")
+    __slots__ = ("digest", "dtype", "ident", "shape", "strides", "type")
 
     def __init__(self, label: str, arr: np.ndarray, identity: bool = True) -> None:
         super().__init__(label)
@@ -328,10 +334,10 @@ class Array(Node):
         self.dtype = arr.dtype
         self.strides = arr.strides
         self.digest = array_digest(arr)
-        self.ref = Ref(arr) if identity else None
+        self.ident: int | None = id(arr) if identity else None
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
-        if type(value) is not self.type or (self.ref is not None and value is not self.ref()):
+        if type(value) is not self.type or (self.ident is not None and id(value) != self.ident):
             return self.fail(value)
         arr: np.ndarray = value
         if arr.shape != self.shape or arr.dtype != self.dtype or arr.strides != self.strides:
