@@ -5,10 +5,10 @@ The nodes of ``nodes.py`` define what each check means, and can check themselves
 code instead, so that a cache hit costs a few dictionary reads and identity compares per
 value rather than a method call per node: identity (through a weak reference; an array
 by its id), scalar values, a dict's length, keys and values, an array's layout and
-digest, a function's code, defaults, closure cells, attributes and gradient rule. Node kinds with no emitter
-here, and large containers, are checked by calling ``node.check`` from the generated
-code. Both give the same verdict (the scenario suites check that they do, before every
-call: ``guards_agree`` in ``tests/scenario_helpers.py``).
+digest, a function's code, defaults, closure cells, attributes and gradient rule. Node
+kinds with no emitter here, and large containers, are checked by calling ``node.check``
+from the generated code. Both give the same verdict (the scenario suites check that they
+do before every call: ``guards_agree`` in ``tests/scenario_helpers.py``).
 
 The generated function takes ``(fn, args, kwargs, deep)`` and returns ``None`` when
 everything holds, else the :class:`~ipyrefresh._src.nodes.Mismatch` of the first check
