@@ -223,14 +223,28 @@ def test_unload_removes_the_magic(ip: Any) -> None:
     assert "callgraph" in ip.shell.magics_manager.magics["line"]
 
 
-def test_picture_does_not_touch_pyplot_or_shell_events(ip: Any) -> None:
+def test_picture_leaves_the_shell_and_matplotlib_as_they_were(ip: Any) -> None:
+    """No event hooks, no display formatters, no pyplot figure, matplotlib's backend not
+    resolved: what a pyplot drawing would do. (igraph's import brings pyplot in, so
+    whether ``matplotlib.pyplot`` is in ``sys.modules`` depends on the tests before.)"""
+    import matplotlib
+
+    def formatters() -> dict[str, Any]:
+        return {
+            mime: (dict(f.type_printers), dict(f.deferred_printers), f.enabled)
+            for mime, f in ip.shell.display_formatter.formatters.items()
+        }
+
+    backend = dict.__getitem__(matplotlib.rcParams, "backend")
     before = {k: list(v) for k, v in ip.shell.events.callbacks.items()}
-    had_pyplot = "matplotlib.pyplot" in sys.modules
+    shown = formatters()
     ip.run(SETUP)
-    outputs(ip, "h")
-    assert ("matplotlib.pyplot" in sys.modules) == had_pyplot
-    after = {k: list(v) for k, v in ip.shell.events.callbacks.items()}
-    assert after == before
+    assert any("svg" in mime for bundle in outputs(ip, "h") for mime in bundle)
+    assert {k: list(v) for k, v in ip.shell.events.callbacks.items()} == before
+    assert formatters() == shown
+    assert dict.__getitem__(matplotlib.rcParams, "backend") is backend
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    assert pyplot is None or pyplot.get_fignums() == []
 
 
 def test_in_a_real_terminal_ipython_it_prints_the_tree() -> None:

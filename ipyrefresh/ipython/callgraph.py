@@ -7,8 +7,10 @@ in a terminal. Both come from one display bundle, so the front end picks.
 
 The picture needs the optional extra ``ipyrefresh[callgraph]`` (igraph lays the graph
 out, matplotlib draws it, both from PyPI wheels). Without it the text form still works.
-Only matplotlib's object API is used, never ``pyplot``: importing pyplot in a kernel
-would install matplotlib's inline hooks into the user's shell.
+Only matplotlib's object API draws, never ``pyplot``: a pyplot figure would resolve
+matplotlib's backend, and in a kernel the inline backend installs its hooks into the
+user's shell. (igraph imports pyplot when it is itself first imported; that alone
+resolves and installs nothing.)
 """
 
 from __future__ import annotations
