@@ -1212,17 +1212,49 @@ CASES = [
     ),
     # -- arrays --------------------------------------------------------------------------
     C(
-        # numpy refuses to resize an array that has a weak reference: the guard must not
-        # hold one, or this change raises in the user's own cell.
-        "array_resized_in_place",
+        # A view of a view: its .base is the owner B, so nothing holds the array bound to
+        # W but W; a new view bound in a loop can take the old one's id (hunt 7).
+        "view_rebound_in_a_loop_then_owner_changed",
         """
-        D = onp.array([1.0, 2.0, 3.0, 4.0])
+        B = onp.zeros(6)
+        W = B[:3]
         def f(x):
-            return np.sum(D) * x ** 2
-        x = 0.5
+            return np.sum(W[:2] * x)
+        x = onp.ones(2)
         dh = grad(f)
         """,
-        "D.resize(D.size + 2, refcheck=False); D[-2:] = 1.5",
+        "for k in range(2):\n    W = B[3:6]\nB[:3] += 1.5",
+        again="for k in range(2):\n    W = B[:3]\nB[3:] -= 0.5",
+    ),
+    C(
+        "view_deleted_then_equal_view_of_a_copy",
+        """
+        B = onp.arange(6.0)
+        W = B[:3]
+        def f(x):
+            return np.sum(W[:2] * x)
+        x = onp.ones(2)
+        dh = grad(f)
+        """,
+        "C = B.copy()\ndel W\nW = C[:3]\nB[0] = 100.0",
+        again="D = W.base.copy()\ndel W\nW = D[:3]\nC[1] = -7.0",
+    ),
+    C(
+        # The argument is a view (a minibatch); the tape's copy of what it read from it
+        # must not be a view of the data behind it (hunt 7).
+        "argument_view_then_data_changed_and_equal_copy_passed",
+        """
+        data = onp.arange(12.0).reshape(6, 2)
+        batch = data[0:3]
+        def f(w, X):
+            return np.sum(w * X[:2])
+        w = onp.ones(2)
+        dh = grad(f)
+        """,
+        "raw = batch.copy()\ndata -= 100.0\nbatch = raw",
+        again="data += 50.0",
+        call="dh(w, batch)",
+        oracle="autograd.grad(f)(w, batch)",
     ),
     *(
         C(
@@ -1721,3 +1753,21 @@ def test_many_reads_stay_fast(ip: Shell) -> None:
     assert time.perf_counter() - t < 2.0
     ip.run("table['k1400'][1] = -1.0")
     check(ip, "dh(x)", "autograd.grad(f)(x)", 2)
+
+
+def test_resizing_in_place_an_array_a_replay_reads_is_refused(ip: Shell) -> None:
+    """The replay holds a view of ``W``'s memory: ``W.resize(..., refcheck=False)`` would
+    free it under the replay (hunt 7: the answer read freed memory while ``status()``
+    said fresh). numpy refuses, because the guard holds a weak reference to ``W`` (a
+    known limit, in the README); ``np.resize`` and rebinding work, and answer right."""
+    ip.run(PRELUDE)
+    ip.run("W = onp.arange(3.0)\ndef f(x):\n    return np.sum(W[:2] * x)\nx = onp.ones(2)")
+    ip.run("dh = grad(f)")
+    check(ip, "dh(x)", "autograd.grad(f)(x)", 2, "before:")
+    error = ip.run_error("W.resize(5000, refcheck=False)")
+    assert isinstance(error, ValueError)
+    assert ip.run("W.shape") == (3,)
+    status_then_call(ip, "dh", "dh(x)", "autograd.grad(f)(x)", "after the refused resize")
+    ip.run("W = onp.resize(W, 5)\nW[0] = 9.0")
+    status_then_call(ip, "dh", "dh(x)", "autograd.grad(f)(x)", "after np.resize")
+    check(ip, "dh(x)", "autograd.grad(f)(x)", 2, "after np.resize:")

@@ -3,11 +3,11 @@
 The nodes of ``nodes.py`` define what each check means, and can check themselves
 (``node.check``). For the call path, the checks of a guard are emitted as straight-line
 code instead, so that a cache hit costs a few dictionary reads and identity compares per
-value rather than a method call per node: identity (through a weak reference; an array
-by its id), scalar values, a dict's length, keys and values, an array's layout and
-digest, a function's code, defaults, closure cells, attributes and gradient rule. Node
-kinds with no emitter here, and large containers, are checked by calling ``node.check``
-from the generated code. Both give the same verdict (the scenario suites check that they
+value rather than a method call per node: identity (through a weak reference), scalar
+values, a dict's length, keys and values, an array's layout and digest, a function's
+code, defaults, closure cells, attributes and gradient rule. Node kinds with no emitter
+here, and large containers, are checked by calling ``node.check`` from the generated
+code. Both give the same verdict (the scenario suites check that they
 do before every call: ``guards_agree`` in ``tests/scenario_helpers.py``).
 
 The generated function takes ``(fn, args, kwargs, deep)`` and returns ``None`` when
@@ -75,7 +75,6 @@ class _Emitter:
             "_tuple": tuple,
             "_type": type,
             "_len": len,
-            "_id": id,
             "_same": same_scalar,
             "_same_all": same_scalars,
             "_digest": array_digest,
@@ -205,10 +204,10 @@ def _cellnode(e: _Emitter, node: Node, v: str, arg: bool) -> None:
 def _array(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     assert isinstance(node, Array)
     t = e.const(node.type)
-    same = f"_type({v}) is not {t}"
-    if node.ident is not None:
-        same += f" or _id({v}) != {node.ident}"
-    e.fail(same, e.node_fail(node, v, arg))
+    if node.ref is not None:
+        e.fail(f"{v} is not {e.const(node.ref)}()", e.node_fail(node, v, arg))
+    else:
+        e.fail(f"_type({v}) is not {t}", e.node_fail(node, v, arg))
     shape, dtype, strides = e.const(node.shape), e.const(node.dtype), e.const(node.strides)
     e.fail(
         f"{v}.shape != {shape} or {v}.dtype != {dtype} or {v}.strides != {strides}",

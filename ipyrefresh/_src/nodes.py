@@ -318,14 +318,14 @@ class Array(Node):
     could hide a later change of the old one. An argument's arrays need not be: the
     tape keeps its own copy of what it read from arguments.
 
-    The object is known by its ``id``, not by a weak reference: numpy refuses
-    ``a.resize(n, refcheck=False)`` on an array that has one, so a guard's weak
-    reference would break the user's own code. An ``id`` is reused only once its array
-    is gone, which cannot happen while a replay holds the array; a replay that holds no
-    array reads the contents, and the digest checks those.
+    The object is held by a weak reference, not known by its ``id``: a replay may hold
+    only a view of it (``W[:2]``), and a view of a view keeps the owner alive, not the
+    array bound to the name, whose ``id`` a new array can then take. numpy refuses to
+    resize an array that has a weak reference, which is what keeps that view's memory
+    valid (``a.resize(n, refcheck=False)`` would free it under the replay).
     """
 
-    __slots__ = ("digest", "dtype", "ident", "shape", "strides", "type")
+    __slots__ = ("digest", "dtype", "ref", "shape", "strides", "type")
 
     def __init__(self, label: str, arr: np.ndarray, identity: bool = True) -> None:
         super().__init__(label)
@@ -334,10 +334,10 @@ class Array(Node):
         self.dtype = arr.dtype
         self.strides = arr.strides
         self.digest = array_digest(arr)
-        self.ident: int | None = id(arr) if identity else None
+        self.ref = Ref(arr) if identity else None
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
-        if type(value) is not self.type or (self.ident is not None and id(value) != self.ident):
+        if type(value) is not self.type or (self.ref is not None and value is not self.ref()):
             return self.fail(value)
         arr: np.ndarray = value
         if arr.shape != self.shape or arr.dtype != self.dtype or arr.strides != self.strides:

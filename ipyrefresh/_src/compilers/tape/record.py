@@ -94,12 +94,14 @@ class Tape:
     pending: list[tuple[Any, Any, Any]] = field(default_factory=list)
 
     def own_argument_arrays(self, arrays: list[Any]) -> None:
-        """Copy, as they are now, the constants that are (views of) ``arrays``: the
-        arguments' arrays, which the guard compares by contents, not identity (the caller
-        may change one in place and pass an equal copy)."""
-        roots = {id(a) for a in arrays}
-        if not roots:
+        """Copy, as they are now, the constants that may share memory with ``arrays``:
+        the arguments' arrays, which the guard compares by contents, not identity (the
+        caller may change one in place and pass an equal copy). By memory, not by
+        ``.base``: a view of an argument that is itself a view (a minibatch
+        ``data[0:3]``) has the data's owner for its base, not the argument."""
+        if not arrays:
             return
+        overlaps = np.may_share_memory
         for e in self.events:
             if isinstance(e, BoolGuard):
                 continue
@@ -107,12 +109,8 @@ class Tape:
             for pos, a in enumerate(e.args):
                 if pos in boxed or type(a) is not np.ndarray or id(a) in self.owned:
                     continue
-                base: np.ndarray | None = a
-                while isinstance(base, np.ndarray):
-                    if id(base) in roots:
-                        self.owned[id(a)] = copy_in_layout(a)
-                        break
-                    base = base.base
+                if any(overlaps(a, r) for r in arrays):
+                    self.owned[id(a)] = copy_in_layout(a)
 
     def add(self, value: Any) -> int:
         self.values.append(value)
