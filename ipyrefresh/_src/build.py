@@ -70,12 +70,13 @@ def run_build(
         traced = compiler.trace(fn, request, args, kwargs)
         why = "" if not compiler.needs_guard else "called inside another autograd computation"
         variant = compiler.fallback(request, Guard(), why)
-        return Outcome(traced.result, variant, BuildInfo(note=why), "built")
+        return Outcome(traced.answer(), variant, BuildInfo(note=why), "built")
     before, before_error = _walk(fn, label, request, args, kwargs, None)
     rngs = [("numpy.random", _GLOBAL_RNG), ("random", _PY_RANDOM), *before.rngs]
     states = [_rng_state(g) for _, g in rngs]
     with record() as log:
         traced = compiler.trace(fn, request, args, kwargs)
+    result = traced.answer()
     effects = list(log.effects)
     for (name, gen), state in zip(rngs, states, strict=True):
         if _rng_state(gen) != state:
@@ -106,8 +107,8 @@ def run_build(
             info.note = why
             variant = compiler.fallback(request, guard, why)
             event = f"built; runs {variant.describe()}: {why}"
-            return Outcome(traced.result, variant, info, event)
-        return Outcome(traced.result, traced.compile(guard), info, "built")
+            return Outcome(result, variant, info, event)
+        return Outcome(result, traced.compile(guard), info, "built")
     finally:
         guard.argument_arrays = []
 

@@ -249,16 +249,30 @@ def _notrace_call(frame: FrameType) -> None:
         log.add_effect(f"reads traced values directly (notrace_primitive {name})")
 
 
+#: A module's C functions (``len``, ``isinstance``, numpy's) found to have no effect: the
+#: hooks' next look at one is a single lookup. Half the C calls of a JAX trace are these.
+#: (What a module function does cannot change; the caller matters only for the two kept
+#: out: ``__import__`` and ``warnings.warn``.) Cleared when full.
+_NO_EFFECT: dict[Any, None] = {}
+_NO_EFFECT_MAX = 10_000
+
+
 def effect_of(fn: Any, caller: CodeType) -> str | None:
     """The effect of ``caller`` calling the C function ``fn``, if it is one a replay
     would skip. Anything but a builtin function or method is not looked at (no user code
     runs)."""
-    if type(fn) is not BuiltinFunctionType:
+    if type(fn) is not BuiltinFunctionType or fn in _NO_EFFECT:
         return None
     owner = fn.__self__
-    if type(owner) in _PLAIN_OWNERS:  # list.append, dict.get...: the most common C calls
+    kind = type(owner)
+    if kind in _PLAIN_OWNERS:  # list.append, dict.get...: the most common C calls
         return None
-    return _effect(fn, owner, caller)
+    what = _effect(fn, owner, caller)
+    if what is None and kind is ModuleType and fn is not builtins.__import__ and fn not in _WARN:
+        if len(_NO_EFFECT) >= _NO_EFFECT_MAX:
+            _NO_EFFECT.clear()
+        _NO_EFFECT[fn] = None
+    return what
 
 
 def method_effect(method: Any, owner: Any, caller: CodeType) -> str | None:
@@ -436,7 +450,7 @@ def _profile(frame: FrameType, event: str, arg: Any) -> None:
             _notrace_call(frame)
         elif not is_user_code(code):
             _library(code)
-    elif event == "c_call" and type(arg) is BuiltinFunctionType:
+    elif event == "c_call" and type(arg) is BuiltinFunctionType and arg not in _NO_EFFECT:
         what = effect_of(arg, frame.f_code)
         if what is not None and not _in_gc() and not _by_machinery(frame):
             for log, _ in _active():

@@ -82,6 +82,11 @@ class Traced:
     first call that reuses the build). ``unsupported`` says why this run cannot be
     compiled ("" if it can). ``primitives`` are the autograd primitives the run applied,
     whose registered VJPs the guard must watch.
+
+    ``finish``, when given, computes ``result`` after the call recorder has stopped: the
+    part of a build that runs none of the user's code (JAX's lowering, XLA's compile and
+    the run of the compiled function), which would only slow the recorder's hook down.
+    It may set ``unsupported`` (then ``compile`` is not used).
     """
 
     result: Any
@@ -89,6 +94,15 @@ class Traced:
     unsupported: str = ""
     primitives: list[Any] = field(default_factory=list)
     detail: str = ""
+    finish: Callable[[], Any] | None = None
+
+    def answer(self) -> Any:
+        """The run's result (finished first, once, if it has a ``finish``)."""
+        finish = self.finish
+        if finish is not None:
+            self.finish = None
+            self.result = finish()
+        return self.result
 
 
 class Compiler(Protocol):

@@ -356,9 +356,10 @@ class JaxCompiler:
             static_argnames=plan.static_names,
             donate_argnums=options.get("donate_argnums", ()),
         )
+        passed = plan.pass_args(args)
         try:
             with context():
-                result = jitted(*plan.pass_args(args), **kwargs)
+                jitted.trace(*passed, **kwargs)  # (the user's code runs here, recorded)
         except NEEDS_CONCRETE as exc:
             if not handles:  # rj.jit rejects what jax.jit rejects
                 raise
@@ -368,6 +369,17 @@ class JaxCompiler:
         finally:
             built[0] = True
             holder.clear()
+
+        def finish() -> Any:
+            # Lowering, compiling and running what was traced: JAX's code only (its trace
+            # cache answers the call; ``once`` refuses to run the function again).
+            try:
+                with context():
+                    return jitted(*passed, **kwargs)
+            except _Retrace:
+                out.unsupported = "jax.jit traced again after the build's trace"
+                with context():
+                    return reference(fn, request, args, kwargs)
 
         def compile_variant(guard: Guard) -> Variant:
             # jax.jit takes any values of the traced arguments itself; it keys static
@@ -381,7 +393,8 @@ class JaxCompiler:
                 return self.fallback(request, guard, str(exc))
             return JaxVariant(jitted, plan, guard, context)
 
-        return Traced(result, compile_variant, detail="jax.jit compiled")
+        out = Traced(None, compile_variant, detail="jax.jit compiled", finish=finish)
+        return out
 
     def fallback(self, request: Request, guard: Guard, why: str) -> Variant:
         op = TRANSFORMS[request.transform]
