@@ -235,7 +235,7 @@ def _notrace_call(frame: FrameType) -> None:
     """``notrace_primitive(f)`` entered in ``frame``: an unbox, unless ``f`` is one of
     autograd's own shape readers or no argument is traced."""
     back = frame.f_back
-    if back is not None and back.f_code in _LIBRARY_CODE:
+    if back is not None and id(back.f_code) in _LIBRARY_CODE:
         return  # autograd's own calls (metadata for every vjp)
     loc = frame.f_locals
     raw, args = loc.get("f_raw"), loc.get("args", ())
@@ -418,8 +418,10 @@ def _active() -> list[tuple[CallLog, FrameType | None]]:
 
 #: Code objects of library files that the hook has nothing to do with: their "call"
 #: events cost one lookup. (Code from files only: generated code comes and goes with
-#: cells. Cleared when full.)
-_LIBRARY_CODE: dict[CodeType, None] = {}
+#: cells. Cleared when full.) Keyed by ``id``: hashing a code object hashes its bytecode
+#: and constants, several times the cost of the lookup, on every call of a build; the
+#: value holds the code, so no other code object can take its ``id`` while it is here.
+_LIBRARY_CODE: dict[int, CodeType] = {}
 _LIBRARY_CODE_MAX = 200_000
 
 
@@ -428,7 +430,7 @@ def _library(code: CodeType) -> None:
     if not code.co_filename.startswith("<"):
         if len(_LIBRARY_CODE) >= _LIBRARY_CODE_MAX:
             _LIBRARY_CODE.clear()
-        _LIBRARY_CODE[code] = None
+        _LIBRARY_CODE[id(code)] = code
 
 
 def _profile(frame: FrameType, event: str, arg: Any) -> None:
@@ -436,7 +438,7 @@ def _profile(frame: FrameType, event: str, arg: Any) -> None:
     # that loops through helpers): the common cases come first and cost a lookup.
     if event == "call":
         code = frame.f_code
-        if code in _LIBRARY_CODE or _in_gc():
+        if id(code) in _LIBRARY_CODE or _in_gc():
             return
         if is_user_frame(code, frame.f_globals):
             for log, boundary in _active():
@@ -619,7 +621,7 @@ class _Monitor:
     @staticmethod
     def _start_callback(thread: int) -> Callable[[CodeType, int], Any]:
         def on_start(code: CodeType, offset: int) -> Any:
-            if code in _LIBRARY_CODE:
+            if id(code) in _LIBRARY_CODE:
                 return None
             if code is _IMPORT_MODULE or code in _PY_EFFECTS or code is _NOTRACE:
                 frame = sys._getframe(1)
