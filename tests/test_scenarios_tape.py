@@ -519,6 +519,39 @@ x = np.array([0.3, 0.9])
     check(anynb, "dh(x)", "autograd.grad(f)(x)", what="after restoring autograd's rule:")
 
 
+def test_defvjp_on_a_primitive_reached_only_through_an_operator(anynb: Shell) -> None:
+    """``x @ W`` and ``x * c`` reach ``np.matmul`` and ``np.multiply`` through the box's
+    operators, not through any name the code reads: only the guard on the rules of the
+    primitives the tape replays sees ``defvjp`` replace one."""
+    anynb.run(
+        """
+from autograd.extend import defvjp
+import autograd.core
+_orig_rules = {p: autograd.core.primitive_vjps[p] for p in (np.matmul, np.multiply)}
+W = np.array([[1.0, 2.0], [3.0, 4.0]])
+def f(x):
+    return np.sum((x @ W) * x)
+dh = grad(f)
+x = np.array([0.3, 0.9])
+"""
+    )
+    try:
+        check(anynb, "dh(x)", "autograd.grad(f)(x)")
+        anynb.run(
+            "defvjp(np.matmul, lambda ans, A, B: lambda g: 3.0 * np.matmul(g, B.T),\n"
+            "       lambda ans, A, B: lambda g: np.outer(A, g))"
+        )
+        check(anynb, "dh(x)", "autograd.grad(f)(x)", what="after defvjp(np.matmul):")
+        anynb.run(
+            "defvjp(np.multiply, lambda ans, a, b: lambda g: g * b * 0.5,\n"
+            "       lambda ans, a, b: lambda g: g * a * 0.25)"
+        )
+        check(anynb, "dh(x)", "autograd.grad(f)(x)", what="after defvjp(np.multiply):")
+    finally:
+        anynb.run("autograd.core.primitive_vjps.update(_orig_rules)")
+    check(anynb, "dh(x)", "autograd.grad(f)(x)", what="after restoring autograd's rules:")
+
+
 def test_defvjp_marks_library_primitive_non_differentiable(anynb: Shell) -> None:
     """``defvjp(f, None)`` declares a zero gradient (autograd's own zero rule)."""
     anynb.run(

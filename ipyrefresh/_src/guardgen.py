@@ -44,6 +44,7 @@ from .nodes import (
     Mismatch,
     Node,
     Primitive,
+    Rule,
     Scalar,
     ScalarSeq,
     Seq,
@@ -159,6 +160,12 @@ def _primitive(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     e.fail(f"{v} is not {e.const(node.ref)}()", e.node_fail(node, v, arg, ChangeKind.REDEFINED))
     rule = e.const(node.rule)
     e.fail(f"_vjps({v}, MISSING) is not {rule}", e.mismatch(node, ChangeKind.RULE_CHANGED, arg))
+
+
+def _rule(e: _Emitter, node: Node, v: str, arg: bool) -> None:
+    assert isinstance(node, Rule)
+    prim, rule = e.const(node.prim), e.const(node.rule)
+    e.fail(f"_vjps({prim}, MISSING) is not {rule}", e.mismatch(node, ChangeKind.RULE_CHANGED, arg))
 
 
 def _function(e: _Emitter, node: Node, v: str, arg: bool) -> None:
@@ -283,6 +290,7 @@ _EMITTERS: dict[type, Callable[[_Emitter, Node, str, bool], None]] = {
     Scalar: _scalar,
     Identity: _identity,
     Primitive: _primitive,
+    Rule: _rule,
     Function: _function,
     Cell: _cellnode,
     Array: _array,
