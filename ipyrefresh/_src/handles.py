@@ -95,20 +95,27 @@ class Derivative:
                 stacklevel=2,
             )
         hot = self._hot
+        sig: tuple[str, Signature] | None = None
         if hot is not None:
             # The last variant that answered: its guard checks the arguments too, so a
-            # call like the last one needs no signature.
+            # call like the last one needs no signature. One that runs the code on every
+            # call (plain autograd) is checked like in ``Engine._try``: its code and data,
+            # and the arguments' signature (its entry's), not their values.
             entry, variant = hot
-            if (
-                entry.key.backend == backend
-                and variant in entry.variants
-                and variant.guard.check(fn, args, kwargs) is None
-            ):
-                answer = variant.run(fn, args, kwargs)
-                if type(answer) is not Miss:
-                    entry.hit(variant, self._engine.cell)
-                    return answer
-        sig = (backend, call_signature(args, kwargs, backend == "jax"))
+            if entry.key.backend == backend and variant in entry.variants:
+                guard = variant.guard
+                if variant.replays_python:
+                    sig = (backend, call_signature(args, kwargs, backend == "jax"))
+                    fits = sig[1] == entry.key.signature and guard.check_env(fn, False) is None
+                else:
+                    fits = guard.check(fn, args, kwargs) is None
+                if fits:
+                    answer = variant.run(fn, args, kwargs)
+                    if type(answer) is not Miss:
+                        entry.hit(variant, self._engine.cell)
+                        return answer
+        if sig is None:
+            sig = (backend, call_signature(args, kwargs, backend == "jax"))
         known = self._entries.get(sig)
         if known is not None:
             entry = known
