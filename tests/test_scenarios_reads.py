@@ -1771,3 +1771,38 @@ def test_resizing_in_place_an_array_a_replay_reads_is_refused(ip: Shell) -> None
     ip.run("W = onp.resize(W, 5)\nW[0] = 9.0")
     status_then_call(ip, "dh", "dh(x)", "autograd.grad(f)(x)", "after np.resize")
     check(ip, "dh(x)", "autograd.grad(f)(x)", 2, "after np.resize:")
+
+
+def test_recording_stops_at_the_first_effect_and_answers_stay_right(ip: Shell) -> None:
+    """A function that prints before it computes runs plain autograd whatever else it
+    does: the call recorder stops there (3.10/3.11: its hook costs several times such a
+    run). The reason stays the effect; the answers follow later changes, the helper's
+    included; once the print is gone a build compiles again."""
+    ip.run(PRELUDE)
+    ip.run(
+        "a = 2.0\n"
+        "helpers = {'h': lambda v: a * v}\n"
+        "def f(x):\n"
+        "    print('step')\n"
+        "    return np.sum(helpers['h'](np.sin(x)))\n"
+        "x = onp.array([0.3, 0.8])\n"
+        "dh = grad(f)"
+    )
+    check(ip, "dh(x)", "autograd.grad(f)(x)", 2, "before:")
+    (entry,) = [e for e in ipyrefresh_status(ip) if e["name"] == "grad(f)"]
+    assert entry["runs"] == ["plain autograd"], entry
+    assert entry["fallback"].startswith("prints"), entry  # (3.12+: "prints; does I/O")
+    if sys.version_info < (3, 12):
+        assert "calls made after its first effect were not recorded" in entry["notes"]
+    assert sys.getprofile() is None
+    for change in ("a = 5.0", "helpers['h'] = lambda v: v ** 3", "a = -1.0"):
+        ip.run(change)
+        status_then_call(ip, "dh", "dh(x)", "autograd.grad(f)(x)", change)
+    ip.run("def f(x):\n    return np.sum(helpers['h'](np.sin(x)))")
+    check(ip, "dh(x)", "autograd.grad(f)(x)", 2, "without the print:")
+    (entry,) = [e for e in ipyrefresh_status(ip) if e["name"] == "grad(f)"]
+    assert entry["runs"][0].startswith("tape:") and entry["fallback"] == "", entry
+
+
+def ipyrefresh_status(ip: Shell) -> list[dict[str, object]]:
+    return ip.run("ipyrefresh.status()['entries']")  # type: ignore[no-any-return]

@@ -98,6 +98,8 @@ def run_build(
         edges=_merge(guard.edges, _edges(log, fn, label)),
         notes=guard.notes,
     )
+    if log.cut_short:
+        info.notes = [*info.notes, "calls made after its first effect were not recorded"]
     why = traced.unsupported or "; ".join(effects) or unguardable
     if not why and not log.complete:
         why = f"could not record the calls it makes ({log.note})"

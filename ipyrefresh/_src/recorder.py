@@ -59,6 +59,9 @@ class CallLog:
     imports: set[str] = field(default_factory=set)
     complete: bool = True
     note: str = ""
+    #: The hook stopped at the first effect (3.10/3.11): the run will use plain autograd
+    #: whatever else it does, so ``calls`` holds only what ran before that.
+    cut_short: bool = False
 
     def add_frame(self, frame: FrameType, boundary: FrameType | None) -> None:
         code = frame.f_code
@@ -457,6 +460,19 @@ def _profile(frame: FrameType, event: str, arg: Any) -> None:
         if what is not None and not _in_gc() and not _by_machinery(frame):
             for log, _ in _active():
                 log.add_effect(what)
+            _stop_if_decided()
+
+
+def _stop_if_decided() -> None:
+    """Every recording running in this thread has found an effect: each will run plain
+    autograd, whatever else the code does, and the profile hook costs several times
+    the run (a 40,000-op simulation that prints first). Remove it; what ran before the
+    effect stays recorded (its guard then says when to try a build again)."""
+    stack = _active()
+    if stack and all(log.effects for log, _ in stack) and sys.getprofile() is _profile:
+        sys.setprofile(None)
+        for log, _ in stack:
+            log.cut_short = True
 
 
 def _python_effect(frame: FrameType) -> None:
@@ -474,6 +490,8 @@ def _python_effect(frame: FrameType) -> None:
         return
     for log, _ in _active():
         log.add_effect(effect.what)
+    if sys.version_info < (3, 12):
+        _stop_if_decided()
 
 
 def reset_if_idle() -> None:
@@ -531,7 +549,9 @@ def record(enabled: bool = True) -> Iterator[CallLog]:
         yield log
     finally:
         _remove(stack, log)
-        if sys.getprofile() is not _profile:  # (cProfile run inside the function)
+        hook = sys.getprofile()
+        if hook is not _profile and not (hook is None and log.cut_short):
+            # (cProfile run inside the function)
             log.add_effect("replaces the profile hook that records its calls (a profiler)")
         elif not stack:
             sys.setprofile(None)
