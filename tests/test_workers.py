@@ -166,6 +166,25 @@ def test_workers_answer_for_the_code_current_when_sent(ip: Shell, sender: Send) 
     assert not onp.array_equal(third, fourth)
 
 
+@pytest.mark.parametrize("sender", ["fork", "spawn", "loky", "dask"], indirect=True)
+def test_a_notebook_class_set_back_to_an_earlier_state(ip: Shell, sender: Send) -> None:
+    """cloudpickle keeps one copy of a notebook class per worker and sets its attributes
+    from each payload it loads: a payload seen before (scale 1.0 again, after 2.0) must
+    be applied again before the worker's kept handle answers (hunt 8)."""
+    ip.ns["send"] = sender
+    ip.run(
+        "class Model:\n    scale = 1.0\n"
+        "def h(x): return Model.scale * np.sum(np.sin(x))\n"
+        "import numpy as onp\ndh = grad(h)\nxs = [onp.array([0.1, 0.2]), onp.array([0.3, -0.4])]"
+    )
+    for scale in (1.0, 2.0, 1.0, 2.0):
+        ip.run(f"Model.scale = {scale}")
+        got = ip.run("send(dh, xs * 2)")
+        want = [autograd.grad(ip.ns["h"])(x) for x in ip.ns["xs"] * 2]
+        for g, w in zip(got, want, strict=True):
+            same_result(g, w)
+
+
 @pytest.mark.parametrize("sender", ["spawn", "dask"], indirect=True)
 def test_a_module_function_is_imported_by_the_worker(engine: Engine, sender: Send) -> None:
     dh = ipyrefresh.grad(module_loss)

@@ -13,7 +13,8 @@ code.
 
 A worker keeps the handles it rebuilt for the last few distinct payloads: tasks that
 carry byte-identical code and data reuse one handle and its compiled entry instead of
-tracing (or jit-compiling) once per task.
+tracing (or jit-compiling) once per task. Each payload is still unpickled: that is what
+sets a notebook class's attributes in the worker to the values the payload carries.
 """
 
 from __future__ import annotations
@@ -99,12 +100,10 @@ def rebuild_handle(payload: bytes, meta: tuple[Any, ...]) -> Derivative:
         )
     if meta[6] is not None:
         _match_x64(meta[6])
-    key = (hashlib.blake2b(payload, digest_size=20).digest(), meta)
-    with _lock:
-        dh = _kept.get(key)
-        if dh is not None:
-            _kept.move_to_end(key)
-            return dh
+    # Unpickled every time, even for a payload seen before: cloudpickle keeps one copy of
+    # a notebook's class per process and sets its attributes from each payload it loads,
+    # so the payload's state must be applied again before a kept handle answers (another
+    # payload may have set the class otherwise since).
     try:
         fn = pickle.loads(payload)
     except Exception as exc:
@@ -114,6 +113,12 @@ def rebuild_handle(payload: bytes, meta: tuple[Any, ...]) -> Derivative:
             f"{type(exc).__name__}: {exc}. Functions of modules are sent by reference: "
             "this process must be able to import them, with the same packages installed."
         ) from exc
+    key = (hashlib.blake2b(payload, digest_size=20).digest(), meta)
+    with _lock:
+        dh = _kept.get(key)
+        if dh is not None:
+            _kept.move_to_end(key)
+            return dh
     dh = _new_handle(fn, meta)
     with _lock:
         _kept[key] = dh
