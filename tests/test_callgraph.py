@@ -71,10 +71,10 @@ def test_text_marks_changed_binding_and_stale_callers(ip: Any) -> None:
     ip.run("def leaf(x):\n    return np.cos(x)")
     (bundle,) = outputs(ip, "--text h")
     text = bundle["text/plain"]
-    # dh was last called in the cell before: the change happened since then.
-    assert text.splitlines()[0] == f"grad(h): stale (leaf redefined since cell [{cell - 1}])"
+    # The check after each cell saw the change in the cell that made it.
+    assert text.splitlines()[0] == f"grad(h): stale (leaf redefined in cell [{cell}])"
     assert "h  (stale)" in text
-    assert f"leaf [static+dynamic]  <- redefined since cell [{cell - 1}]" in text
+    assert f"leaf [static+dynamic]  <- redefined in cell [{cell}]" in text
     assert "mid [static+dynamic]  (stale)" in text  # mid calls leaf
     assert "other [dynamic]\n" in text + "\n"  # not affected: no stale mark
     # After the next call the graph is fresh again and answers for the new code.
@@ -270,6 +270,6 @@ def test_in_a_real_terminal_ipython_it_prints_the_tree() -> None:
         text=True,
         timeout=120,
     ).stdout
-    assert "grad(h): stale (g redefined since cell [6])\nh  (stale)\n" in out
-    assert "└── g [static+dynamic]  <- redefined since cell [6]" in out
+    assert "grad(h): stale (g redefined in cell [7])\nh  (stale)\n" in out
+    assert "└── g [static+dynamic]  <- redefined in cell [7]" in out
     assert "pictures drawn: False" in out

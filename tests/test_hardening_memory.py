@@ -171,3 +171,33 @@ kept = [e['builds'] for e in ipyrefresh.status(check=False)['entries']]
         for w in onp.linspace(0.1, 1.0, 5)
     ]
     assert [float(a) for a in ip.ns["out"]] == [float(b) for b in want]
+
+
+def test_data_a_derivative_read_dies_after_the_cell_that_let_it_go(ip: Any) -> None:
+    """In lazy mode too: ``del W, f, dh`` (or ``W`` rebound in a loop over problem sizes)
+    must free the arrays after the cell, not when the stale entry is next called or
+    evicted (hunt 8: a 16 MB array, and 200 MiB over a sweep of sizes, stayed alive)."""
+    ip.run("import numpy as onp, weakref")
+    ip.run(
+        "W = onp.ones(200_000)\n"
+        "def f(x):\n    return np.sum(W[:2] * np.sin(x))\n"
+        "dh = grad(f)\nx = onp.array([0.3, 0.4])"
+    )
+    ip.run("_r = dh(x)")
+    ip.run("_r = dh(x)")
+    old = weakref.ref(ip.ns["W"])
+    ip.run("del W, f, dh, _r")
+    gc.collect()
+    assert old() is None
+    ip.run(
+        "def f(x):\n    return np.sum(np.dot(W[: x.shape[0], : x.shape[0]], np.sin(x)))\n"
+        "sizes = []\n"
+        "for n in range(20, 26):\n"
+        "    W = onp.ones((n, 5_000))\n"
+        "    sizes.append(weakref.ref(W))\n"
+        "    _g = grad(f)(onp.ones(n))\n"
+        "    _g = grad(f)(onp.ones(n))"
+    )
+    ip.run("del W")
+    gc.collect()
+    assert [ref() is None for ref in ip.ns["sizes"]] == [True] * 6

@@ -97,13 +97,15 @@ class Extension:
             self.engine.cell_ended()
         except Exception as exc:
             self.engine.internal_error("dropping the entries of released handles", exc)
-        if self.config.mode != "eager":
-            return
         try:
-            if self.engine.sweep(deep=False, detection=Detection.AFTER_CELL):
+            # Lazy mode too: a variant whose code or data went (``del W``, a rebound name)
+            # must not keep the old objects alive until its handle's next call. Identity
+            # and layout checks only (no array digests); calls check everything.
+            went = self.engine.sweep(deep=False, detection=Detection.AFTER_CELL)
+            if went and self.config.mode == "eager":
                 self.engine.refresh(eager=True)
         except Exception as exc:  # the user's cell already ran; never turn it into an error
-            self.engine.internal_error("rebuilding after a cell (eager mode)", exc)
+            self.engine.internal_error("checking or rebuilding after a cell", exc)
 
 
 _extension: Extension | None = None
