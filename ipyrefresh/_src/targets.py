@@ -232,11 +232,50 @@ def passed_expression(frame: FrameType, fun: Any) -> CallSite | None:
         statements = ex.statements
     except Exception:
         return None
+    finally:
+        _bound_executing_cache(frame.f_code.co_filename)
     if node is None:
         return _unique_site(statements, frame, fun)
     if not isinstance(node, ast.Call):
         return None
     return _site_of(node)
+
+
+#: Cells whose source ``executing`` keeps parsed because a handle was made in them, the
+#: most recent last. ``executing`` keeps every file it parsed, and every cell is a file
+#: of its own: a notebook that makes handles in thousands of cells would keep every cell's
+#: parsed source and code objects (about 15 KB a short cell).
+_CELLS_PARSED: dict[str, None] = {}
+_CELLS_KEPT = 64
+
+
+def _bound_executing_cache(filename: str) -> None:
+    """Forget ``executing``'s copies of the cells beyond the last ``_CELLS_KEPT`` a
+    handle was made in (cells only: a module's file is parsed once and stays useful)."""
+    if not filename.startswith("<") and "ipykernel_" not in filename:
+        return
+    _CELLS_PARSED.pop(filename, None)
+    _CELLS_PARSED[filename] = None
+    if len(_CELLS_PARSED) <= _CELLS_KEPT:
+        return
+    old = next(iter(_CELLS_PARSED))
+    del _CELLS_PARSED[old]
+    try:
+        from executing import Source
+        from executing.executing import statement_containing_node
+
+        sources = Source.__dict__.get("__source_cache_with_lines", {})
+        for key in [k for k in sources if k[0] == old]:
+            del sources[key]
+        calls = Source.__dict__.get("__executing_cache", {})
+        for key in [k for k in calls if k[0].co_filename == old]:
+            del calls[key]
+        # (two unbounded lru_caches: on a method, which keeps every Source with its tree,
+        # and on a function of tree nodes, which keeps the nodes, and so their trees)
+        Source.statements_at_line.cache_clear()
+        statement_containing_node.cache_clear()
+    except Exception:  # (another executing version: its caches stay as they are)
+        pass
 
 
 def _unique_site(statements: Any, frame: FrameType, fun: Any) -> CallSite | None:
