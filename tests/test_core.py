@@ -481,3 +481,17 @@ def test_calls_alternating_kinds_of_argument_each_get_their_answer(engine: Engin
             assert type(got) is type(want)
             assert onp.asarray(got).dtype == onp.asarray(want).dtype
             assert onp.array_equal(got, want)
+
+
+def test_refresh_leaves_the_global_random_state_as_it_was(ip: Shell) -> None:
+    """``%refresh`` rebuilds by running the new code on the kept arguments; a draw in it
+    must not move numpy's global generator under the user (hunt 8)."""
+    ip.run("import numpy as onp\ndef g(x): return np.sin(x)\ndef h(x): return 2.0 * g(x)")
+    ip.run("dh = grad(h)\ndh(0.5)")
+    ip.run("def g(x): return np.sin(x) + 0.0 * onp.random.normal()")
+    ip.run("onp.random.seed(7)")
+    ip.run("%refresh")
+    got = ip.run("onp.random.normal()")
+    ip.run("onp.random.seed(7)")
+    assert got == ip.run("onp.random.normal()")
+    assert ip.run("dh(0.5)") == autograd.grad(ip.ns["h"])(0.5)

@@ -356,8 +356,8 @@ class Engine:
         """Rebuild stale entries now (those depending on ``name``, if given); ``force``
         rebuilds fresh ones too. Entries whose last arguments were not kept are left to
         rebuild at their next call. ``eager`` (after a cell, unasked) skips functions whose
-        last build had effects (they would print, draw or count behind the user's back)
-        and puts the global random generators back as they were."""
+        last build had effects (they would print, draw or count behind the user's back).
+        Either way the global random generators are put back as they were."""
         report: dict[str, Any] = {"rebuilt": [], "pending": [], "failed": []}
         with self.lock:
             self.sweep(deep=True, detection=Detection.ON_REQUEST)
@@ -375,7 +375,7 @@ class Engine:
                     continue
                 args, kwargs = entry.example
                 try:
-                    with _global_random_kept() if eager else contextlib.nullcontext():
+                    with _global_random_kept():  # (a rebuild is not a draw of the user's)
                         self._build(entry, entry.target.resolve(), args, kwargs)
                 except Exception as exc:
                     report["failed"].append([entry.name, describe_error(exc)])
