@@ -15,7 +15,7 @@ from typing import Any
 import autograd
 import numpy as onp
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from IPython.core.error import UsageError
 
@@ -209,6 +209,7 @@ def test_grad_lines_mostly_valid(fuzz_ip: Any, line: str) -> None:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(line=st.text(alphabet="fgarnsl()[]{},.:=*-+/ 0123456789'\"\\#\t\n_xyv", max_size=30))
+@example(line="-\n'")  # an unclosed quote after an option (shlex raised ValueError)
 def test_grad_lines_random_text(fuzz_ip: Any, line: str) -> None:
     check_line(fuzz_ip, line, event)
 

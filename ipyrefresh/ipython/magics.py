@@ -46,6 +46,8 @@ def _parse(name: str, line: str) -> argparse.Namespace:
         return parse_argstring(getattr(IPyRefreshMagics, name), line)
     except UsageError as exc:
         raise UsageError(f"%{name}: {exc}") from None
+    except ValueError as exc:  # shlex, splitting the line: an unclosed quote
+        raise UsageError(f"%{name}: cannot split the line into arguments: {exc}") from None
 
 
 @magics_class
