@@ -232,4 +232,5 @@ def test_cells_that_make_handles_do_not_keep_their_parsed_source(ip: Any) -> Non
         s.size_diff
         for s in after.filter_traces(parsed).compare_to(before.filter_traces(parsed), "filename")
     )
-    assert grown < 3 * 2**20, f"{grown / 2**20:.1f} MiB of parsed cells kept over 300 cells"
+    # (the 64 cells kept: 2.4 MiB on 3.11, 3.4 MiB on 3.10; unbounded, 300 cells: 14 MiB)
+    assert grown < 6 * 2**20, f"{grown / 2**20:.1f} MiB of parsed cells kept over 300 cells"
