@@ -235,10 +235,11 @@ class StatusChannel:
     def post_run_cell(self, result: Any = None) -> None:
         info = getattr(result, "info", None)
         self.cells.record(getattr(result, "execution_count", None), getattr(info, "cell_id", None))
-        if not self.comms:  # a cell's own changes mark nothing dirty: check after each one
+        if not self.comms:
             return
+        # The extension's own post_run_cell, registered before this one, has checked every
+        # entry after the cell (a cell's changes mark nothing dirty until then).
         try:  # the cell already ran; the status can wait
-            self.engine.sweep(deep=False)
             self._broadcast()
         except Exception as exc:
             self.engine.internal_error("sending the status", exc)
