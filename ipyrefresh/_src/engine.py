@@ -35,7 +35,7 @@ from . import compilers
 from .build import Outcome, check_differentiable, run_build
 from .cache import EntryCache
 from .changes import CellRef, Change, ChangeKind, ChangeLog, Detection
-from .compilers.base import Miss, Variant
+from .compilers.base import Miss, Variant, check_variant
 from .config import IPyRefresh
 from .entry import Entry, State
 from .guard import Guard
@@ -224,11 +224,7 @@ class Engine:
     def _try(
         self, entry: Entry, variant: Variant, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        guard = variant.guard
-        if variant.replays_python:  # always current: its guard only says when to retry
-            bad = guard.check_env(fn, False)
-        else:
-            bad = guard.check(fn, args, kwargs)
+        bad = check_variant(variant, fn, args, kwargs)
         if bad is not None:
             if not bad.arg:  # the code or data changed: this variant is stale
                 entry.drop(variant, self._change(bad, Detection.AT_CALL, entry))

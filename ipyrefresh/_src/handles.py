@@ -17,7 +17,7 @@ from types import FrameType
 from typing import Any
 
 from .build import check_differentiable
-from .compilers.base import Miss, Transform, Variant
+from .compilers.base import Miss, Transform, Variant, check_variant
 from .engine import Engine, current
 from .entry import Entry
 from .keys import EntryKey, Signature, call_signature, check_argnum
@@ -103,13 +103,12 @@ class Derivative:
             # and the arguments' signature (its entry's), not their values.
             entry, variant = hot
             if entry.key.backend == backend and variant in entry.variants:
-                guard = variant.guard
                 if variant.replays_python:
                     sig = (backend, call_signature(args, kwargs, backend == "jax"))
-                    fits = sig[1] == entry.key.signature and guard.check_env(fn, False) is None
+                    fits = sig[1] == entry.key.signature
                 else:
-                    fits = guard.check(fn, args, kwargs) is None
-                if fits:
+                    fits = True
+                if fits and check_variant(variant, fn, args, kwargs) is None:
                     answer = variant.run(fn, args, kwargs)
                     if type(answer) is not Miss:
                         entry.hit(variant, self._engine.cell)
@@ -120,12 +119,7 @@ class Derivative:
         if known is not None:
             entry = known
             for variant in entry.variants:
-                guard = variant.guard
-                if variant.replays_python:
-                    bad = guard.check_env(fn, False)
-                else:
-                    bad = guard.check(fn, args, kwargs)
-                if bad is None:
+                if check_variant(variant, fn, args, kwargs) is None:
                     answer = variant.run(fn, args, kwargs)
                     if type(answer) is not Miss:
                         entry.hit(variant, self._engine.cell)

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from ..guard import Guard
 from ..keys import Argnum, Transform
+from ..nodes import Mismatch
 
 __all__ = ["Argnum", "Compiler", "Miss", "PythonVariant", "Request", "Traced", "Transform"]
 
@@ -72,6 +73,17 @@ class Variant(Protocol):
     def run(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
 
     def describe(self) -> str: ...
+
+
+def check_variant(
+    variant: Variant, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Mismatch | None:
+    """What keeps ``variant`` from answering this call (None: nothing). One that runs the
+    code on every call is always current: its code and data (no array contents) only say
+    when to try a build again, whatever the arguments' values."""
+    if variant.replays_python:
+        return variant.guard.check_env(fn, False)
+    return variant.guard.check(fn, args, kwargs)
 
 
 @dataclass
