@@ -490,8 +490,7 @@ def _python_effect(frame: FrameType) -> None:
         return
     for log, _ in _active():
         log.add_effect(effect.what)
-    if sys.version_info < (3, 12):
-        _stop_if_decided()
+    _stop_if_decided()  # (3.12+: the hook is sys.monitoring's, and this does nothing)
 
 
 def reset_if_idle() -> None:

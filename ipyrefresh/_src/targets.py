@@ -244,7 +244,7 @@ def passed_expression(frame: FrameType, fun: Any) -> CallSite | None:
 #: Cells whose source ``executing`` keeps parsed because a handle was made in them, the
 #: most recent last. ``executing`` keeps every file it parsed, and every cell is a file
 #: of its own: a notebook that makes handles in thousands of cells would keep every cell's
-#: parsed source and code objects (about 15 KB a short cell).
+#: parsed source, tree and code objects (about 40 KB a short cell).
 _CELLS_PARSED: dict[str, None] = {}
 _CELLS_KEPT = 64
 
