@@ -13,8 +13,10 @@ bar are told. The path of one call (see ``handles.Derivative.__call__``)::
     a Change saying why) ─▶ build: run the function once (its answer is this call's),
     walk what it read into a new guard (``build.run_build``), install the variant
 
-Nothing outside the call keeps answers right: the sweep after cells only *reports*
-(``sweep``), for the status bar and eager mode.
+Nothing outside the call keeps answers right. The check after a cell (``after_cell``:
+the entries whose names were rebound, see ``watch``) and the check of every entry
+(``sweep``: ``%stale``, the status bar, eager mode) only report, and free what stale
+variants held.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import random
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -43,6 +46,7 @@ from .keys import EntryKey, Signature, TargetKey, is_jax_array_type
 from .nodes import Mismatch
 from .readers import ArgReader
 from .targets import FixedTarget, Target, TargetGone, same_callable
+from .watch import Watch
 
 #: Most compiled variants (paths through value-dependent branches) per entry.
 MAX_VARIANTS = 8
@@ -72,6 +76,9 @@ class Engine:
         self._dead: list[TargetKey] = []
         self._released: dict[TargetKey, None] = {}  # (see release)
         self._warned: set[str] = set()
+        #: Entries whose variants changed since the last check after a cell.
+        self._changed: weakref.WeakSet[Entry] = weakref.WeakSet()
+        self.watch = Watch()
         self._observe(self.config)
 
     # -- configuration -------------------------------------------------------------------
@@ -110,7 +117,7 @@ class Engine:
             if entry is None or entry.target is not target:
                 if entry is not None:
                     self.cache.remove(entry)
-                entry = Entry(key, target)
+                entry = Entry(key, target, self._changed)
                 self.cache.add(entry)
             return entry
 
@@ -315,35 +322,55 @@ class Engine:
         """Check every fresh entry's code and data now (arrays' contents too if ``deep``);
         mark the changed ones stale. Returns how many went stale. Reporting only: calls
         check for themselves."""
-        went = 0
         with self.lock:
             self._purge_dead()
-            for entry in self.cache:
-                if entry.state is not State.FRESH:
-                    continue
+            return self._check(self.cache, deep, detection)
+
+    def after_cell(self) -> int:
+        """The check after a cell: only the entries that a name they read was rebound
+        under (see ``watch``), and those whose variants changed during the cell; the
+        stale ones let go of what they held. Returns how many went stale."""
+        with self.lock:
+            self._purge_dead()
+            suspects = self.watch.moved()
+            suspects.update(self._changed)
+            went = self._check(
+                [e for e in suspects if e in self.cache], False, Detection.AFTER_CELL
+            )
+            changed = list(self._changed)
+            self._changed.clear()
+            self.watch.update(changed)
+            self.watch.commit()
+            return went
+
+    def _check(self, entries: Iterable[Entry], deep: bool, detection: Detection) -> int:
+        went = 0
+        for entry in entries:
+            if entry.state is not State.FRESH:
+                continue
+            try:
+                fn = entry.target.resolve()
+            except Exception as exc:  # the name is gone, or model.loss raises now
+                gone = isinstance(exc, TargetGone)
+                kind = ChangeKind.DELETED if gone else ChangeKind.UNREADABLE
+                gone_bad = Mismatch(entry.target.label, kind)
+                entry.invalidate(self._change(gone_bad, detection, entry))
+                went += 1
+                continue
+            for variant in entry.variants:
                 try:
-                    fn = entry.target.resolve()
-                except Exception as exc:  # the name is gone, or model.loss raises now
-                    gone = isinstance(exc, TargetGone)
-                    kind = ChangeKind.DELETED if gone else ChangeKind.UNREADABLE
-                    gone_bad = Mismatch(entry.target.label, kind)
-                    entry.invalidate(self._change(gone_bad, detection, entry))
-                    went += 1
+                    bad = variant.guard.check_env(fn, deep and not variant.replays_python)
+                except Exception as exc:
+                    self.internal_error("checking a guard", exc)
                     continue
-                for variant in entry.variants:
-                    try:
-                        bad = variant.guard.check_env(fn, deep and not variant.replays_python)
-                    except Exception as exc:
-                        self.internal_error("checking a guard", exc)
-                        continue
-                    if bad is not None:
-                        entry.drop(variant, self._change(bad, detection, entry))
-                if entry.state is not State.FRESH:
-                    went += 1
-                elif detection is Detection.AFTER_CELL and self.cell is not None:
-                    entry.checked(dataclasses.replace(self.cell, ended=True))
-                else:
-                    entry.checked(self.cell)
+                if bad is not None:
+                    entry.drop(variant, self._change(bad, detection, entry))
+            if entry.state is not State.FRESH:
+                went += 1
+            elif detection is Detection.AFTER_CELL and self.cell is not None:
+                entry.checked(dataclasses.replace(self.cell, ended=True))
+            else:
+                entry.checked(self.cell)
         return went
 
     def refresh(
@@ -385,6 +412,8 @@ class Engine:
         with self.lock:
             self.cache.clear()
             self._targets.clear()
+            self._changed.clear()
+            self.watch.clear()
 
     def status(self, check: bool = True) -> dict[str, Any]:
         """A plain, JSON-serialisable picture of the cache. ``check`` runs every guard

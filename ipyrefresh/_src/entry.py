@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +57,7 @@ class Entry:
         "hits",
         "id",
         "info",
+        "journal",
         "key",
         "last_event",
         "reasons",
@@ -68,8 +69,12 @@ class Entry:
         "verified",
     )
 
-    def __init__(self, key: EntryKey, target: Target) -> None:
+    def __init__(
+        self, key: EntryKey, target: Target, journal: MutableSet[Entry] | None = None
+    ) -> None:
         self.id = next(_ids)
+        #: Where the entry notes itself when its variants change (see ``watch``).
+        self.journal = journal
         self.key = key
         self.target = target
         self.request = Request(key.transform, key.argnum, key.options)
@@ -109,17 +114,20 @@ class Entry:
         self.info = info
         self.builds += 1
         self.last_event = event
+        self._changed()
 
     def add_variant(self, variant: Variant, event: str) -> None:
         """Another path through the same code (a guard on the arguments failed)."""
         self.variants = (variant, *self.variants)
         self.last_event = event
+        self._changed()
 
     def drop(self, variant: Variant, change: Change) -> None:
         """One variant's code or data changed; the entry is stale when none is left."""
         remaining = tuple(v for v in self.variants if v is not variant)
         if remaining:
             self.variants = remaining
+            self._changed()
         else:
             self.invalidate(change)
 
@@ -138,6 +146,7 @@ class Entry:
         if change not in self.reasons and len(self.reasons) < 8:
             self.reasons = (*self.reasons, change)
         self.variants = ()
+        self._changed()
 
     def fail(self, error: str) -> None:
         """A build raised (the user's code did): the entry answers nothing until rebuilt."""
@@ -145,6 +154,12 @@ class Entry:
         self.variants = ()
         self.error = error
         self.reasons = (Change(ChangeKind.FAILED, detail=error),)
+        self._changed()
+
+    def _changed(self) -> None:
+        journal = self.journal
+        if journal is not None:
+            journal.add(self)
 
     def first_sight(
         self, keys: Iterable[int | str], args: tuple[Any, ...], kwargs: dict[str, Any]

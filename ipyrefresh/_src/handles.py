@@ -17,7 +17,7 @@ from types import FrameType
 from typing import Any
 
 from .build import check_differentiable
-from .compilers.base import Miss, Transform, Variant, check_variant
+from .compilers.base import Miss, Transform, check_variant
 from .engine import Engine, current
 from .entry import Entry
 from .keys import EntryKey, Signature, call_signature, check_argnum
@@ -77,8 +77,9 @@ class Derivative:
         engine.hold(self.target)
         weakref.finalize(self, engine.release, self.target)
         self._entries: dict[tuple[str, Signature], Entry] = {}
-        #: The last entry and variant that answered, tried first (see ``_remember``).
-        self._hot: tuple[Entry, Variant] | None = None
+        #: The entry that last answered; its first variant (the one that answered) is tried
+        #: first. Only the entry is kept: a variant it dropped must not live on here.
+        self._hot: Entry | None = None
         self._told_traced = False  # warned that the user's own jax.jit traces this handle
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -96,23 +97,23 @@ class Derivative:
             )
         hot = self._hot
         sig: tuple[str, Signature] | None = None
-        if hot is not None:
+        variants = hot.variants if hot is not None else ()  # (read once: threads drop them)
+        if hot is not None and variants and hot.key.backend == backend:
             # The last variant that answered: its guard checks the arguments too, so a
             # call like the last one needs no signature. One that runs the code on every
             # call (plain autograd) is checked like in ``Engine._try``: its code and data,
             # and the arguments' signature (its entry's), not their values.
-            entry, variant = hot
-            if entry.key.backend == backend and variant in entry.variants:
-                if variant.replays_python:
-                    sig = (backend, call_signature(args, kwargs, backend == "jax"))
-                    fits = sig[1] == entry.key.signature
-                else:
-                    fits = True
-                if fits and check_variant(variant, fn, args, kwargs) is None:
-                    answer = variant.run(fn, args, kwargs)
-                    if type(answer) is not Miss:
-                        entry.hit(variant, self._engine.cell)
-                        return answer
+            variant = variants[0]
+            if variant.replays_python:
+                sig = (backend, call_signature(args, kwargs, backend == "jax"))
+                fits = sig[1] == hot.key.signature
+            else:
+                fits = True
+            if fits and check_variant(variant, fn, args, kwargs) is None:
+                answer = variant.run(fn, args, kwargs)
+                if type(answer) is not Miss:
+                    hot.hit(variant, self._engine.cell)
+                    return answer
         if sig is None:
             sig = (backend, call_signature(args, kwargs, backend == "jax"))
         known = self._entries.get(sig)
@@ -141,10 +142,7 @@ class Derivative:
         """Keep the variant that just answered (the first, after ``hit``) for the hot path,
         unless it replays the Python code (its guard does not check the arguments)."""
         variants = entry.variants
-        if variants and not variants[0].replays_python:
-            self._hot = (entry, variants[0])
-        else:
-            self._hot = None
+        self._hot = entry if variants and not variants[0].replays_python else None
 
     def entry(self, *args: Any, **kwargs: Any) -> Entry | None:
         """The cache entry a call with these arguments uses (``None`` before its first call)."""

@@ -47,6 +47,7 @@ from typing import Any
 
 import comm as comm_package
 
+from .._src.changes import Detection
 from .._src.engine import Engine
 
 TARGET = "ipyrefresh"
@@ -237,9 +238,12 @@ class StatusChannel:
         self.cells.record(getattr(result, "execution_count", None), getattr(info, "cell_id", None))
         if not self.comms:
             return
-        # The extension's own post_run_cell, registered before this one, has checked every
-        # entry after the cell (a cell's changes mark nothing dirty until then).
+        # The extension's own post_run_cell (registered before this one) checked only the
+        # entries a rebound name touched (eager mode: all); the status bar counts what is
+        # fresh, so every guard is checked (a cell's changes mark nothing dirty until then).
         try:  # the cell already ran; the status can wait
+            if self.engine.config.mode != "eager":
+                self.engine.sweep(deep=False, detection=Detection.AFTER_CELL)
             self._broadcast()
         except Exception as exc:
             self.engine.internal_error("sending the status", exc)

@@ -98,12 +98,14 @@ class Extension:
         except Exception as exc:
             self.engine.internal_error("dropping the entries of released handles", exc)
         try:
-            # Lazy mode too: a variant whose code or data went (``del W``, a rebound name)
-            # must not keep the old objects alive until its handle's next call. Identity
-            # and layout checks only (no array digests); calls check everything.
-            went = self.engine.sweep(deep=False, detection=Detection.AFTER_CELL)
-            if went and self.config.mode == "eager":
-                self.engine.refresh(eager=True)
+            # Lazy mode too: a variant whose names were rebound (``del W``, ``def f`` again)
+            # must not keep the old objects alive until its handle's next call. Eager mode
+            # checks every entry (without array contents: calls check everything).
+            went = self.engine.after_cell()
+            if self.config.mode == "eager":
+                went += self.engine.sweep(deep=False, detection=Detection.AFTER_CELL)
+                if went:
+                    self.engine.refresh(eager=True)
         except Exception as exc:  # the user's cell already ran; never turn it into an error
             self.engine.internal_error("checking or rebuilding after a cell", exc)
 
