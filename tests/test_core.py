@@ -495,3 +495,36 @@ def test_refresh_leaves_the_global_random_state_as_it_was(ip: Shell) -> None:
     ip.run("onp.random.seed(7)")
     assert got == ip.run("onp.random.normal()")
     assert ip.run("dh(0.5)") == autograd.grad(ip.ns["h"])(0.5)
+
+
+def test_reasons_name_a_cell_only_when_it_is_known(ip: Shell) -> None:
+    """The check after a cell sees a rebound name (that cell is named); what it finds
+    deeper, or what a call finds, is named by cell only if the derivative was known
+    right earlier in that cell or at the end of the one before (hunt 9: the next cell,
+    or a cell that rebound another name, was blamed)."""
+    ip.run("import numpy as onp")
+    ip.run(
+        "class M:\n    pass\nm = M()\nm.W = onp.ones(3)\nz = 1.0\n"
+        "def g(x):\n    return np.sum(m.W * x**2) * z\ndg = grad(g)\n_ = dg(onp.ones(3))"
+    )
+    built = ip.count - 1
+    ip.run("m.W = onp.full(3, 2.0)")  # unwatched: only the guard sees it
+    ip.run("z = 2.0")  # watched: the check after this cell runs dg's guard
+    assert reasons("grad(g)") == f"m.W rebound since cell [{built}]"
+    assert list(ip.run("dg(onp.ones(3))")) == [8.0, 8.0, 8.0]
+
+    ip.run("W = onp.ones(3)\ndef f(x):\n    return np.sum(W * x**2)\ndf = grad(f)")
+    changed = ip.count
+    ip.run("_ = df(onp.ones(3))\nW[0] = 5.0")
+    ip.run("_ = df(onp.ones(3))")  # the call finds it: right during cell `changed`, no later
+    assert [c["text"] for c in ipyrefresh.status()["changes"]][-1] == (
+        f"W changed in place since cell [{changed}]"
+    )
+
+    rebound = ip.count
+    ip.run("_ = df(onp.ones(3))\nW = onp.zeros(3)")  # built, then rebound, in one cell
+    assert reasons("grad(f)") == f"W rebound in cell [{rebound}]"
+    ip.run("_ = dg(onp.ones(3))")
+    again = ip.count
+    ip.run("m = M()\nm.W = onp.full(3, 2.0)")  # a new object: its binding moved here
+    assert reasons("grad(g)") == f"m rebound in cell [{again}]"

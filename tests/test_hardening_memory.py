@@ -330,3 +330,40 @@ def test_names_rebound_by_calls_modules_and_later_in_the_cell_free_their_data(
     assert ip.ns["old"]() is None
     ip.run("r = dl(x)")
     assert list(ip.ns["r"]) == list(6.0 * onp.cos(onp.array([0.3, 0.4])))
+
+
+def test_what_the_watch_and_released_handles_held_dies_with_the_cell_or_at_once(
+    ip: Any,
+) -> None:
+    """Hunt 9: a handle that only a stale variant held (its data lived one cell more);
+    a widget-style callback that rebinds a name between cells (the watch kept the old
+    object until the next cell); and ``%unload_ext`` (the watch kept it for ever)."""
+    ip.run("import numpy as onp, weakref\nx = onp.ones(3)")
+    ip.run(
+        "def mk(A):\n    return grad(lambda x: np.sum(A * x**2))\n"
+        "A0 = onp.arange(3.0) + 1\nH = mk(A0)\n_ = H(x)\n_ = H(x)\n"
+        "def f(x):\n    return np.sum(H(x) * x)\ndf = grad(f)\n_ = df(x)\n_ = df(x)\n"
+        "old = weakref.ref(A0)\ndel A0"
+    )
+    ip.run("H = None")
+    gc.collect()
+    assert ip.ns["old"]() is None
+
+    ip.run(
+        "W = onp.arange(100_000.0)\n"
+        "def f(x):\n    return np.sum(W[:3] * x**2)\ndf = grad(f)\n_ = df(x)\n_ = df(x)\n"
+        "def on_slider(v):\n    global W\n    W = onp.arange(100_000.0) + v\n    return df(x)\n"
+        "old = weakref.ref(W)"
+    )
+    got = ip.ns["on_slider"](1.0)  # outside any cell, as an ipywidgets callback runs
+    gc.collect()
+    assert ip.ns["old"]() is None
+    assert list(got) == [2.0, 4.0, 6.0]
+
+    ip.run("old = weakref.ref(W)")
+    ip.run("%unload_ext ipyrefresh")
+    ip.run("W = onp.arange(100_000.0) + 2\nr = df(x)")
+    ip.run("pass")
+    gc.collect()
+    assert ip.ns["old"]() is None
+    assert list(ip.ns["r"]) == [4.0, 6.0, 8.0]

@@ -101,14 +101,11 @@ class Change:
         return text + self.when()
 
     def exact_cell(self) -> CellRef | None:
-        """The cell the change happened in, when that is known: a check after the cell
-        saw it, or the derivative was known right earlier in the same cell or at the end
-        of the cell before."""
+        """The cell the change happened in, when that is known: what changed was known
+        right earlier in the same cell, or at the end of the cell before (``since``)."""
         cell, since = self.cell, self.since
         if cell is None or cell.count is None:
             return None
-        if self.detection is Detection.AFTER_CELL:
-            return cell
         if since is not None and since.count is not None:
             if since.count == cell.count and not since.ended:
                 return cell

@@ -29,7 +29,7 @@ import sys
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from typing import Any
 
 import numpy as np
@@ -308,8 +308,14 @@ class Engine:
         warnings.warn(f"ipyrefresh: {entry.name} has {note}", RuntimeWarning, stacklevel=4)
         return fallback.run(fn, args, kwargs)
 
-    def _change(self, bad: Mismatch, detection: Detection, entry: Entry) -> Change:
-        change = Change(bad.kind, bad.subject, self.cell, detection, since=entry.verified)
+    def _change(
+        self, bad: Mismatch, detection: Detection, entry: Entry, witnessed: Iterable[str] = ()
+    ) -> Change:
+        """The change ``bad`` says, noticed now. Its cell is known when the entry was
+        known right earlier in this cell (or at the end of the last), or when the watch
+        saw the subject's binding move in this cell (then it was right at its commit)."""
+        since = self.watch.committed if bad.subject in witnessed else entry.verified
+        change = Change(bad.kind, bad.subject, self.cell, detection, since=since)
         self.changes.record(change)
         return change
 
@@ -329,32 +335,53 @@ class Engine:
     def after_cell(self) -> int:
         """The check after a cell: only the entries that a name they read was rebound
         under (see ``watch``), and those whose variants changed during the cell; the
-        stale ones let go of what they held. Returns how many went stale."""
+        stale ones let go of what they held, and so do handles only they held (their
+        targets' entries go too). Returns how many went stale."""
         with self.lock:
             self._purge_dead()
-            suspects = self.watch.moved()
-            suspects.update(self._changed)
-            went = self._check(
-                [e for e in suspects if e in self.cache], False, Detection.AFTER_CELL
-            )
+            moved = self.watch.moved()
+            suspects = [e for e in {**dict.fromkeys(self._changed), **moved} if e in self.cache]
+            went = self._check(suspects, False, Detection.AFTER_CELL, moved)
+            self.cell_ended()
             changed = list(self._changed)
             self._changed.clear()
             self.watch.update(changed)
-            self.watch.commit()
+            ended = None if self.cell is None else dataclasses.replace(self.cell, ended=True)
+            self.watch.commit(ended)
             return went
 
-    def _check(self, entries: Iterable[Entry], deep: bool, detection: Detection) -> int:
+    def detach(self) -> None:
+        """The shell is gone (the extension unloaded): no more cells, nothing watched."""
+        with self.lock:
+            self.attached = False
+            self.cell = None
+            self.cell_ended()
+            self.watch.clear()
+            self._changed.clear()
+
+    def _check(
+        self,
+        entries: Iterable[Entry],
+        deep: bool,
+        detection: Detection,
+        witnessed: Mapping[Entry, Set[str]] | None = None,
+    ) -> int:
+        """Check these entries' guards (without array contents unless ``deep``); drop
+        the variants whose code or data changed. ``witnessed``: for each entry, the
+        subjects whose binding the watch saw move since its last commit (a mismatch of
+        one of them happened in this cell)."""
         went = 0
         for entry in entries:
             if entry.state is not State.FRESH:
                 continue
+            seen = witnessed.get(entry, ()) if witnessed is not None else ()
             try:
                 fn = entry.target.resolve()
             except Exception as exc:  # the name is gone, or model.loss raises now
                 gone = isinstance(exc, TargetGone)
                 kind = ChangeKind.DELETED if gone else ChangeKind.UNREADABLE
                 gone_bad = Mismatch(entry.target.label, kind)
-                entry.invalidate(self._change(gone_bad, detection, entry))
+                entry.invalidate(self._change(gone_bad, detection, entry, seen))
                 went += 1
                 continue
             for variant in entry.variants:
@@ -364,11 +391,9 @@ class Engine:
                     self.internal_error("checking a guard", exc)
                     continue
                 if bad is not None:
-                    entry.drop(variant, self._change(bad, detection, entry))
+                    entry.drop(variant, self._change(bad, detection, entry, seen))
             if entry.state is not State.FRESH:
                 went += 1
-            elif detection is Detection.AFTER_CELL and self.cell is not None:
-                entry.checked(dataclasses.replace(self.cell, ended=True))
             else:
                 entry.checked(self.cell)
         return went

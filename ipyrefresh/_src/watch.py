@@ -7,15 +7,21 @@ sizes, ``def f`` again) makes the entry stale, and its variant, which still hold
 objects, must let them go when the cell ends, not at the handle's next call.
 
 Checking every guard after every cell costs time in proportion to the number of
-entries. The watch instead compares each watched binding with the object it was bound to
-when last checked, in C (``operator.itemgetter`` and ``map(operator.is_, ...)``), and
-names the entries whose bindings moved; only those (and the entries that changed during
-the cell) need their guards checked. What it does not see (an attribute, an item or an
-array changed in place) the entry's own guard finds at its next call, and ``%stale``,
-``status()`` and the status bar find by checking every guard.
+entries. The watch instead compares the id of each object bound to a watched name with
+the one bound at the end of the last cell, in C (``operator.itemgetter``, ``map(id)``,
+list equality), and names the entries whose bindings moved, with the subjects (guard
+labels) read through them: a mismatch of such a subject happened in this cell. Only those
+entries (and the entries that changed during the cell) need their guards checked. What it
+does not see (an attribute, an item or an array changed in place) the entry's own guard
+finds at its next call, and ``%stale``, ``status()`` and the status bar find by checking
+every guard.
 
-The watch holds the namespaces and the objects bound in them (as the namespace does), and
-the entries watching them; :meth:`Watch.update` forgets an entry that is no longer fresh.
+The watch holds ids, not the objects bound (a callback that rebinds a name between cells
+must free the old object at once), the namespaces (as the guards do), and the entries
+watching them; :meth:`Watch.update` forgets an entry that is no longer fresh. An id
+reused by a new object under the same name hides a move from the watch only where no
+variant held the old object (else it could not have died): nothing stays alive for it,
+and the entry's guard still finds the change at its next call.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .changes import CellRef
 from .entry import Entry, State
 from .nodes import MISSING
 from .readers import NameReader
@@ -41,9 +48,11 @@ class Binding:
 
 @dataclass(eq=False)
 class _Slot:
+    """One watched binding, and for each entry reading it the subjects read through it."""
+
     ns: dict[str, Any]
     name: str
-    entries: set[Entry] = field(default_factory=set)
+    entries: dict[Entry, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -53,17 +62,18 @@ class _Group:
     ns: dict[str, Any]
     slots: list[_Slot]
     read: Callable[[dict[str, Any]], tuple[Any, ...]]
-    expected: tuple[Any, ...] = ()
+    expected: list[int] = field(default_factory=list)
 
-    def now(self) -> tuple[Any, ...]:
+    def now(self) -> list[int]:
+        """The ids of the objects bound now (``MISSING``'s for a name not bound)."""
         ns = self.ns
         if type(ns) is dict:  # (a subclass's __getitem__ could run user code)
             try:
-                return self.read(ns)
+                return list(map(id, self.read(ns)))
             except KeyError:  # a watched name is not bound (now, or when watched)
                 pass
         values = [dict.get(ns, slot.name, MISSING) for slot in self.slots]
-        return (*values, values[0])  # (the shape ``read`` gives)
+        return [*map(id, values), id(values[0])]  # (the shape ``read`` gives)
 
 
 class Watch:
@@ -73,6 +83,8 @@ class Watch:
         self._slots: dict[Binding, _Slot] = {}
         self._of_entry: dict[Entry, tuple[Binding, ...]] = {}
         self._groups: list[_Group] | None = []
+        #: The end of the cell at which the bindings were last taken (see :meth:`commit`).
+        self.committed: CellRef | None = None
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -83,49 +95,48 @@ class Watch:
             for binding in self._of_entry.pop(entry, ()):
                 slot = self._slots.get(binding)
                 if slot is not None:
-                    slot.entries.discard(entry)
+                    slot.entries.pop(entry, None)
                     if not slot.entries:
                         del self._slots[binding]
                 self._groups = None
             if entry.state is not State.FRESH:
                 continue
-            found = {}
-            for variant in entry.variants:
-                found.update(_readers(variant.guard.env))
-            target = entry.target
-            if isinstance(target, NameTarget):
-                found[Binding(id(target.ns), target.name)] = (target.ns, target.name)
-            for binding, (ns, name) in found.items():
+            found = _bindings(entry)
+            for binding, (ns, name, subjects) in found.items():
                 slot = self._slots.get(binding)
                 if slot is None:
                     slot = self._slots[binding] = _Slot(ns, name)
-                slot.entries.add(entry)
+                slot.entries[entry] = tuple(subjects)
             self._of_entry[entry] = tuple(found)
             self._groups = None
 
-    def moved(self) -> set[Entry]:
-        """The entries some of whose watched names are bound to another object now."""
-        suspects: set[Entry] = set()
+    def moved(self) -> dict[Entry, set[str]]:
+        """The entries some of whose watched names are bound to another object than at
+        the last commit, each with the subjects read through those names."""
+        suspects: dict[Entry, set[str]] = {}
         for group in self._compiled():
             now = group.now()
-            if all(map(operator.is_, now, group.expected)):
+            if now == group.expected:
                 continue
-            # (the values end with the first one again: see _group)
+            # (the ids end with the first one again: see _group)
             for slot, was, value in zip(group.slots, group.expected, now, strict=False):
-                if value is not was:
-                    suspects.update(slot.entries)
+                if value != was:
+                    for entry, subjects in slot.entries.items():
+                        suspects.setdefault(entry, set()).update(subjects)
         return suspects
 
-    def commit(self) -> None:
-        """Take the objects bound now as the ones to compare with (after the entries
-        watching a moved name were checked)."""
+    def commit(self, cell: CellRef | None) -> None:
+        """Take the bindings of now as the ones to compare with, at the end of ``cell``
+        (after the entries watching a moved name were checked)."""
         for group in self._compiled():
             group.expected = group.now()
+        self.committed = cell
 
     def clear(self) -> None:
         self._slots.clear()
         self._of_entry.clear()
         self._groups = []
+        self.committed = None
 
     def _compiled(self) -> list[_Group]:
         groups = self._groups
@@ -140,12 +151,23 @@ class Watch:
         return groups
 
 
-def _readers(env: Iterable[tuple[Any, Any]]) -> dict[Binding, tuple[dict[str, Any], str]]:
-    return {
-        Binding(id(reader.ns), reader.name): (reader.ns, reader.name)
-        for reader, _ in env
-        if isinstance(reader, NameReader)
-    }
+def _bindings(entry: Entry) -> dict[Binding, tuple[dict[str, Any], str, set[str]]]:
+    """The bindings a fresh entry reads through, with the subjects read through each:
+    its target's name (the subject is the target, unless followed by attributes) and
+    each global its variants' guards read from a namespace (the root node's label)."""
+    found: dict[Binding, tuple[dict[str, Any], str, set[str]]] = {}
+    for variant in entry.variants:
+        for reader, node in variant.guard.env:
+            if isinstance(reader, NameReader):
+                key = Binding(id(reader.ns), reader.name)
+                found.setdefault(key, (reader.ns, reader.name, set()))[2].add(node.label)
+    target = entry.target
+    if isinstance(target, NameTarget):
+        key = Binding(id(target.ns), target.name)
+        subjects = found.setdefault(key, (target.ns, target.name, set()))[2]
+        if not target.attrs:
+            subjects.add(target.label)
+    return found
 
 
 def _group(slots: list[_Slot]) -> _Group:

@@ -71,9 +71,7 @@ class Extension:
         for configurable in (self.config, self.magics):
             if configurable in shell.configurables:
                 shell.configurables.remove(configurable)
-        self.engine.attached = False
-        self.engine.cell = None
-        self.engine.cell_ended()
+        self.engine.detach()
         patches.uninstall()
 
     # -- events --------------------------------------------------------------------------
@@ -94,13 +92,14 @@ class Extension:
             # IPython 9 counts a cell before pre_run_cell, IPython 8 after it: learn which.
             self._counted_first = self._seen == number + 1
         try:
-            self.engine.cell_ended()
-        except Exception as exc:
-            self.engine.internal_error("dropping the entries of released handles", exc)
-        try:
             # Lazy mode too: a variant whose names were rebound (``del W``, ``def f`` again)
-            # must not keep the old objects alive until its handle's next call. Eager mode
-            # checks every entry (without array contents: calls check everything).
+            # must not keep the old objects alive until its handle's next call, nor the
+            # entries of handles released in the cell. Eager mode checks every entry
+            # (without array contents: calls check everything).
+            if self.engine.cell is None and isinstance(number, int):
+                # The cell that loaded the extension (it ran no pre_run_cell of ours).
+                cell_id = getattr(getattr(result, "info", None), "cell_id", None)
+                self.engine.cell = CellRef(number, cell_id if isinstance(cell_id, str) else None)
             went = self.engine.after_cell()
             if self.config.mode == "eager":
                 went += self.engine.sweep(deep=False, detection=Detection.AFTER_CELL)
