@@ -528,3 +528,49 @@ def test_reasons_name_a_cell_only_when_it_is_known(ip: Shell) -> None:
     again = ip.count
     ip.run("m = M()\nm.W = onp.full(3, 2.0)")  # a new object: its binding moved here
     assert reasons("grad(g)") == f"m rebound in cell [{again}]"
+
+
+def test_cells_without_a_number_and_time_between_cells_name_no_cell(ip: Shell) -> None:
+    """Hunt 10: a hidden cell (not stored in the history) took the next cell's number; a
+    cell run from inside a cell renumbered the rest of it; a callback's change between
+    cells was blamed on the cell before or after; a list grown in place in one cell was
+    blamed on the cell that later only rebound its name."""
+    ip.run("import numpy as onp\nx = onp.arange(3.0)")
+    built = ip.count
+    ip.run("W = onp.ones(3)\ndef f(x):\n    return np.sum(np.sin(x) * W)\ndf = grad(f)\n_ = df(x)")
+
+    def last() -> str:
+        return str(ipyrefresh.status(check=False)["changes"][-1]["text"])
+
+    ip.shell.run_cell("W = onp.ones(3) * 2", store_history=False)  # a hidden cell
+    assert last() == f"W rebound since cell [{built}]"
+    ip.run("_ = df(x)")
+    nested = ip.count
+    ip.run("get_ipython().run_cell('pass')\n_ = df(x)\nW = onp.ones(3) * 4")
+    assert last() == f"W rebound in cell [{nested}]"
+    ip.run("_ = df(x)")
+    called = ip.count - 1
+    ip.ns["W"] = onp.ones(3) * 5  # a widget's callback, between cells
+    ip.run("y = 1")
+    assert last() == f"W rebound since cell [{called}]"
+    assert list(ip.run("df(x)")) == list(5 * onp.cos(onp.arange(3.0)))
+
+    ip.run("L = [1.0]\ndef q(x):\n    return np.sum(np.sin(x)) * L[0]\ndq = grad(q)\n_ = dq(x)")
+    listed = ip.count - 1
+    ip.run("L.append(5.0)")
+    ip.run("L = list(L)")  # only a rebinding, to an equal list
+    assert last() == f"L changed in place since cell [{listed}]"
+
+
+def test_a_failed_eager_rebuild_leaves_the_entry_stale_for_its_reasons(ip: Shell) -> None:
+    """Hunt 10: ``del W`` in eager mode rebuilt at once, failed (NameError), and the
+    entry stayed "failed" with that error after ``W`` came back."""
+    ip.run("%config IPyRefresh.mode = 'eager'")
+    ip.run("import numpy as onp\nx = onp.arange(3.0)")
+    ip.run("W = onp.ones(3)\ndef f(x):\n    return np.sum(np.sin(x) * W)\ndf = grad(f)\n_ = df(x)")
+    deleted = ip.count
+    ip.run("del W")
+    ip.run("W = onp.ones(3) * 2")
+    e = entry("grad(f)")
+    assert e["state"] == "stale" and reasons("grad(f)") == f"W deleted in cell [{deleted}]"
+    assert list(ip.run("df(x)")) == list(2 * onp.cos(onp.arange(3.0)))

@@ -40,6 +40,17 @@ class ChangeKind(enum.Enum):
     RECORDABLE = "can be compiled now (no other profiler is running)"
 
 
+#: Kinds that say what a name is bound to (the bindings watch sees them happen).
+BINDING_KINDS = frozenset(
+    {
+        ChangeKind.REDEFINED,
+        ChangeKind.REBOUND,
+        ChangeKind.DEFINED,
+        ChangeKind.DELETED,
+        ChangeKind.NOT_CALLABLE,
+    }
+)
+
 #: Kinds that describe the cache itself rather than the user's code or data.
 INTERNAL = frozenset(
     {
@@ -56,17 +67,17 @@ INTERNAL = frozenset(
 
 @dataclass(frozen=True)
 class CellRef:
-    """A notebook cell: its execution count and, in Jupyter front ends, its cell id.
-    ``ended``: as it was at the end of the cell (a check after it), not during it."""
+    """A notebook cell: its execution count (None for a cell run without one: hidden,
+    not stored in the history) and, in Jupyter front ends, its cell id."""
 
     count: int | None
     cell_id: str | None = None
-    ended: bool = False
 
 
 class Detection(enum.Enum):
     """Where a change was noticed."""
 
+    BEFORE_CELL = "before the cell"  # the watch, as a cell starts: what moved between cells
     AFTER_CELL = "after the cell"  # the reporting sweep right after the cell ran
     AT_CALL = "at a call"  # a guard at the derivative's call
     ON_REQUEST = "on request"  # %stale, status(), %refresh
@@ -102,16 +113,13 @@ class Change:
 
     def exact_cell(self) -> CellRef | None:
         """The cell the change happened in, when that is known: what changed was known
-        right earlier in the same cell, or at the end of the cell before (``since``)."""
+        right earlier in the same cell (``since``: a call, a check, or the bindings the
+        watch took as the cell started). Between cells nothing is known right: a
+        callback or a thread may change anything there."""
         cell, since = self.cell, self.since
-        if cell is None or cell.count is None:
+        if cell is None or cell.count is None or since is None:
             return None
-        if since is not None and since.count is not None:
-            if since.count == cell.count and not since.ended:
-                return cell
-            if since.ended and since.count + 1 == cell.count:
-                return cell
-        return None
+        return cell if since.count == cell.count else None
 
     def when(self) -> str:
         """' in cell [N]' when the cell is known, ' since cell [M]' when only a bound is."""

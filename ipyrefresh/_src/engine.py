@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import random
 import sys
 import threading
@@ -37,7 +36,7 @@ import numpy as np
 from . import compilers
 from .build import Outcome, check_differentiable, run_build
 from .cache import EntryCache
-from .changes import CellRef, Change, ChangeKind, ChangeLog, Detection
+from .changes import BINDING_KINDS, CellRef, Change, ChangeKind, ChangeLog, Detection
 from .compilers.base import Miss, Variant, check_variant
 from .config import IPyRefresh
 from .entry import Entry, State
@@ -314,7 +313,9 @@ class Engine:
         """The change ``bad`` says, noticed now. Its cell is known when the entry was
         known right earlier in this cell (or at the end of the last), or when the watch
         saw the subject's binding move in this cell (then it was right at its commit)."""
-        since = self.watch.committed if bad.subject in witnessed else entry.verified
+        start = self.watch.committed
+        seen = bad.kind in BINDING_KINDS and bad.subject in witnessed
+        since = start if seen and start is not None and start.count is not None else entry.verified
         change = Change(bad.kind, bad.subject, self.cell, detection, since=since)
         self.changes.record(change)
         return change
@@ -332,23 +333,46 @@ class Engine:
             self._purge_dead()
             return self._check(self.cache, deep, detection)
 
+    def before_cell(self, cell: CellRef) -> None:
+        """A cell starts. What a callback, a thread or a silent cell rebound since the
+        last cell ended is checked now, with no cell to name; the watch then takes the
+        bindings of now as the cell's start (a move it sees after the cell happened in
+        it)."""
+        with self.lock:
+            self.cell = None
+            moved = self.watch.moved()
+            if moved:
+                suspects = [e for e in moved if e in self.cache]
+                self._check(suspects, False, Detection.BEFORE_CELL)
+            self._watch_changed()
+            self.watch.commit(cell, reread=bool(moved))
+            self.cell = cell
+
     def after_cell(self) -> int:
         """The check after a cell: only the entries that a name they read was rebound
-        under (see ``watch``), and those whose variants changed during the cell; the
-        stale ones let go of what they held, and so do handles only they held (their
-        targets' entries go too). Returns how many went stale."""
+        under in the cell (see ``watch``), and those whose variants changed during it;
+        the stale ones let go of what they held, and so do handles only they held (their
+        targets' entries go too). Returns how many went stale. Then the time between
+        cells starts: no cell is current."""
         with self.lock:
             self._purge_dead()
             moved = self.watch.moved()
             suspects = [e for e in {**dict.fromkeys(self._changed), **moved} if e in self.cache]
             went = self._check(suspects, False, Detection.AFTER_CELL, moved)
             self.cell_ended()
-            changed = list(self._changed)
-            self._changed.clear()
-            self.watch.update(changed)
-            ended = None if self.cell is None else dataclasses.replace(self.cell, ended=True)
-            self.watch.commit(ended)
+            self._watch_changed()
+            self.watch.commit(None, reread=bool(moved))
             return went
+
+    def between_cells(self) -> None:
+        """The cell is over (every per-cell hook has run): what happens now, in a
+        callback or a thread, happens in no cell."""
+        self.cell = None
+
+    def _watch_changed(self) -> None:
+        changed = list(self._changed)
+        self._changed.clear()
+        self.watch.update(changed)
 
     def detach(self) -> None:
         """The shell is gone (the extension unloaded): no more cells, nothing watched."""
@@ -422,11 +446,14 @@ class Engine:
                     report["pending"].append(entry.name)
                     continue
                 args, kwargs = entry.example
+                reasons = entry.reasons
                 try:
                     with _global_random_kept():  # (a rebuild is not a draw of the user's)
                         self._build(entry, entry.target.resolve(), args, kwargs)
                 except Exception as exc:
                     report["failed"].append([entry.name, describe_error(exc)])
+                    if eager:  # (unasked: the user's next call says whether it raises)
+                        entry.retry_later(reasons)
                 else:
                     report["rebuilt"].append(entry.name)
         self._notify()

@@ -106,7 +106,8 @@ class Entry:
     # -- transitions ---------------------------------------------------------------------
     def install(self, variant: Variant, info: BuildInfo, event: str, cell: CellRef | None) -> None:
         """A build succeeded (in ``cell``): its variant becomes the first to answer."""
-        self.verified = cell
+        if cell is not None:
+            self.verified = cell
         self.variants = (variant,) if self.state is not State.FRESH else (variant, *self.variants)
         self.state = State.FRESH
         self.reasons = ()
@@ -156,6 +157,15 @@ class Entry:
         self.reasons = (Change(ChangeKind.FAILED, detail=error),)
         self._changed()
 
+    def retry_later(self, reasons: tuple[Change, ...]) -> None:
+        """A rebuild nobody called for (eager mode) raised: stale again, for the reasons
+        it had; the next call builds, and raises for the user if it still does."""
+        self.state = State.STALE
+        self.variants = ()
+        self.error = ""
+        self.reasons = reasons
+        self._changed()
+
     def _changed(self) -> None:
         journal = self.journal
         if journal is not None:
@@ -172,14 +182,16 @@ class Entry:
         """``variant`` answered a call (in ``cell``): count it, try it first next time."""
         self.hits += 1
         self.last_event = "cache hit"
-        self.verified = cell
+        if cell is not None:
+            self.verified = cell
         variants = self.variants  # (another thread may have dropped them meanwhile)
         if variants and variants[0] is not variant and variant in variants:
             self.variants = (variant, *(v for v in variants if v is not variant))
 
     def checked(self, cell: CellRef | None) -> None:
         """Every guard held when checked in ``cell`` (by a sweep)."""
-        self.verified = cell
+        if cell is not None:
+            self.verified = cell
 
     def keep_example(self, example: tuple[tuple[Any, ...], dict[str, Any]] | None) -> None:
         self.example = example

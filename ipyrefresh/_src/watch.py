@@ -8,13 +8,14 @@ objects, must let them go when the cell ends, not at the handle's next call.
 
 Checking every guard after every cell costs time in proportion to the number of
 entries. The watch instead compares the id of each object bound to a watched name with
-the one bound at the end of the last cell, in C (``operator.itemgetter``, ``map(id)``,
-list equality), and names the entries whose bindings moved, with the subjects (guard
-labels) read through them: a mismatch of such a subject happened in this cell. Only those
-entries (and the entries that changed during the cell) need their guards checked. What it
-does not see (an attribute, an item or an array changed in place) the entry's own guard
-finds at its next call, and ``%stale``, ``status()`` and the status bar find by checking
-every guard.
+the one bound when the cell started (and, as a cell starts, with the one bound when the
+last cell ended: what a callback or a thread rebound in between), in C
+(``operator.itemgetter``, ``map(id)``, list equality), and names the entries whose
+bindings moved, with the subjects (guard labels) read through them: a rebinding of such
+a subject happened in this cell. Only those entries (and the entries that changed during
+the cell) need their guards checked. What it does not see (an attribute, an item or an
+array changed in place) the entry's own guard finds at its next call, and ``%stale``,
+``status()`` and the status bar find by checking every guard.
 
 The watch holds ids, not the objects bound (a callback that rebinds a name between cells
 must free the old object at once), the namespaces (as the guards do), and the entries
@@ -83,7 +84,7 @@ class Watch:
         self._slots: dict[Binding, _Slot] = {}
         self._of_entry: dict[Entry, tuple[Binding, ...]] = {}
         self._groups: list[_Group] | None = []
-        #: The end of the cell at which the bindings were last taken (see :meth:`commit`).
+        #: The cell whose start the bindings were last taken at (see :meth:`commit`).
         self.committed: CellRef | None = None
 
     def __len__(self) -> int:
@@ -125,11 +126,14 @@ class Watch:
                         suspects.setdefault(entry, set()).update(subjects)
         return suspects
 
-    def commit(self, cell: CellRef | None) -> None:
-        """Take the bindings of now as the ones to compare with, at the end of ``cell``
-        (after the entries watching a moved name were checked)."""
-        for group in self._compiled():
-            group.expected = group.now()
+    def commit(self, cell: CellRef | None, reread: bool = True) -> None:
+        """Take the bindings of now as the ones to compare with, from ``cell`` on (None:
+        between cells). ``reread=False``: nothing moved since the last comparison (the
+        groups a change of entries rebuilt read the bindings anyway)."""
+        groups = self._compiled()
+        if reread:
+            for group in groups:
+                group.expected = group.now()
         self.committed = cell
 
     def clear(self) -> None:

@@ -32,8 +32,9 @@ class Extension:
         # The shell's count when the last cell started, and whether IPython counts a cell
         # before pre_run_cell (9.x) or after it (8.x): learnt after each cell (the cell that
         # loads the extension included), so the cells are numbered as the user sees them.
-        self._seen: int = getattr(shell, "execution_count", 0)
+        self._seen: int | None = getattr(shell, "execution_count", 0)
         self._counted_first = True
+        self._depth = 0  # cells running: a cell may run another (``shell.run_cell``)
 
     # -- lifecycle -----------------------------------------------------------------------
     def load(self) -> None:
@@ -48,7 +49,8 @@ class Extension:
 
         channel = StatusChannel(shell, self.engine)
         self.extras.append(channel)
-        channel.open()
+        channel.open()  # (its post_run_cell runs after ours, and before the next one)
+        shell.events.register("post_run_cell", self.cell_over)
 
     def unload(self) -> None:
         shell = self.shell
@@ -60,6 +62,7 @@ class Extension:
         for event, callback in (
             ("pre_run_cell", self.pre_run_cell),
             ("post_run_cell", self.post_run_cell),
+            ("post_run_cell", self.cell_over),
         ):
             with contextlib.suppress(ValueError):
                 shell.events.unregister(event, callback)
@@ -76,17 +79,26 @@ class Extension:
 
     # -- events --------------------------------------------------------------------------
     def pre_run_cell(self, info: Any) -> None:
+        self._depth += 1
+        if self._depth > 1:
+            return  # a cell run from inside a cell (``run_cell`` in code) is part of it
         reset_if_idle()  # no build runs between cells: drop what a Ctrl-C left behind
         try:
-            count = self._seen = self.shell.execution_count
-            if getattr(info, "store_history", False) and self._counted_first:
+            count: int | None = self.shell.execution_count
+            self._seen = count
+            if not getattr(info, "store_history", False):
+                count = None  # a hidden cell has no number: the next visible cell takes it
+            elif self._counted_first and count is not None:
                 count -= 1  # IPython has counted this cell already
             cell_id = getattr(info, "cell_id", None)
-            self.engine.cell = CellRef(count, cell_id if isinstance(cell_id, str) else None)
+            cell = CellRef(count, cell_id if isinstance(cell_id, str) else None)
+            self.engine.before_cell(cell)
         except Exception as exc:
             self.engine.internal_error("numbering a cell", exc)
 
     def post_run_cell(self, result: Any) -> None:
+        if self._depth > 1:
+            return
         number = getattr(result, "execution_count", None)
         if isinstance(number, int) and getattr(result.info, "store_history", False):
             # IPython 9 counts a cell before pre_run_cell, IPython 8 after it: learn which.
@@ -107,6 +119,12 @@ class Extension:
                     self.engine.refresh(eager=True)
         except Exception as exc:  # the user's cell already ran; never turn it into an error
             self.engine.internal_error("checking or rebuilding after a cell", exc)
+
+    def cell_over(self, result: Any = None) -> None:
+        """The last of the per-cell hooks (after the status channel's)."""
+        self._depth = max(self._depth - 1, 0)
+        if self._depth == 0:
+            self.engine.between_cells()
 
 
 _extension: Extension | None = None
