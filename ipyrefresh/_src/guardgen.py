@@ -263,8 +263,9 @@ def _map(e: _Emitter, node: Node, v: str, arg: bool) -> None:
         e.fail(f"{w} is MISSING", changed)
         values.append(w)
     # Every key is there and there are no others; in order, and of the same types and
-    # signs (a lookup finds True for 1, and -0.0 for 0.0).
-    e.fail(f"not _same_all(_tuple(_iterate({v})), {e.const(node.keys)})", changed)
+    # signs (a lookup finds True for 1, and -0.0 for 0.0). (Empty: the length said it.)
+    if node.keys:
+        e.fail(f"not _same_all(_tuple(_iterate({v})), {e.const(node.keys)})", changed)
     for key_node, w in zip(node.values, values, strict=True):
         e.emit(key_node, w, arg)
     return None

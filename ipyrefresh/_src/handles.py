@@ -29,9 +29,24 @@ _MAX_HANDLE_ENTRIES = 64
 
 def _traced_by_jax(args: tuple[Any, ...]) -> bool:
     """An argument is a tracer of a JAX transformation the user applied around the call."""
+    tracer = _jax_tracer()
+    return tracer is not None and any(isinstance(a, tracer) for a in args)
+
+
+def _jax_tracer() -> type | None:
+    """JAX's tracer class, looked up once JAX is imported (``jax.core`` resolves names
+    lazily, through a module ``__getattr__``)."""
+    if _TRACER:
+        return _TRACER[0]
     jax = sys.modules.get("jax")
     tracer = getattr(getattr(jax, "core", None), "Tracer", None)
-    return tracer is not None and any(isinstance(a, tracer) for a in args)
+    if not isinstance(tracer, type):
+        return None
+    _TRACER.append(tracer)
+    return tracer
+
+
+_TRACER: list[type] = []
 
 
 class Derivative:
