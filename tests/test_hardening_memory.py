@@ -289,14 +289,14 @@ def test_names_rebound_by_calls_modules_and_later_in_the_cell_free_their_data(
         "dh = grad(f)\n_ = dh(x)"
     )
 
-    def freed(cell: str) -> bool:
-        ip.run("old = weakref.ref(W)")
+    def freed(cell: str, what: str = "W") -> bool:
+        ip.run(f"old = weakref.ref({what})")
         ip.run(cell)
         gc.collect()
         return ip.ns["old"]() is None
 
-    def answer_is_right(value: float) -> bool:
-        ip.run("r = dh(x)")
+    def answer_is_right(value: float, handle: str = "dh") -> bool:
+        ip.run(f"r = {handle}(x)")
         return list(ip.ns["r"]) == list(value * onp.cos(onp.array([0.3, 0.4])))
 
     assert freed("swap(3.0)")  # rebound by a call
@@ -312,24 +312,17 @@ def test_names_rebound_by_calls_modules_and_later_in_the_cell_free_their_data(
         "W = numpy.full(100_000, 2.0)\n"
         "def f(x):\n    return np.sum(W[:2] * np.sin(x))\n",
     )
-    ip.run("import heavy\ndm = grad(heavy.f)\n_ = dm(x)\nold = weakref.ref(heavy.W)")
-    ip.run("heavy.W = onp.full(100_000, 5.0)")
-    gc.collect()
-    assert ip.ns["old"]() is None
-    ip.run("r = dm(x)")
-    assert list(ip.ns["r"]) == list(5.0 * onp.cos(onp.array([0.3, 0.4])))
+    ip.run("import heavy\ndm = grad(heavy.f)\n_ = dm(x)")
+    assert freed("heavy.W = onp.full(100_000, 5.0)", "heavy.W")
+    assert answer_is_right(5.0, "dm")
 
     ip.run(
         "class Model:\n    pass\nmodel = Model()\nmodel.W = onp.full(100_000, 2.0)\n"
         "def loss(x):\n    return np.sum(model.W[:2] * np.sin(x))\n"
-        "dl = grad(loss)\n_ = dl(x)\nold = weakref.ref(model.W)"
+        "dl = grad(loss)\n_ = dl(x)"
     )
-    ip.run("model.W = onp.full(100_000, 6.0)")
-    ip.run("%stale")
-    gc.collect()
-    assert ip.ns["old"]() is None
-    ip.run("r = dl(x)")
-    assert list(ip.ns["r"]) == list(6.0 * onp.cos(onp.array([0.3, 0.4])))
+    assert freed("model.W = onp.full(100_000, 6.0)\n%stale", "model.W")
+    assert answer_is_right(6.0, "dl")
 
 
 def test_what_the_watch_and_released_handles_held_dies_with_the_cell_or_at_once(
