@@ -3,6 +3,8 @@ call's guard must catch and the magics. The oracle is always a fresh autograd co
 
 from __future__ import annotations
 
+from typing import Any
+
 import autograd
 import numpy as onp
 import pytest
@@ -574,3 +576,57 @@ def test_a_failed_eager_rebuild_leaves_the_entry_stale_for_its_reasons(ip: Shell
     e = entry("grad(f)")
     assert e["state"] == "stale" and reasons("grad(f)") == f"W deleted in cell [{deleted}]"
     assert list(ip.run("df(x)")) == list(2 * onp.cos(onp.arange(3.0)))
+
+
+def test_empty_nested_cells_reloads_and_callbacks_keep_the_watch_whole(ip: Shell) -> None:
+    """Hunt 11: an empty ``run_cell('')`` inside a cell ended the outer cell half-way
+    (IPython ends an empty cell it never started); after ``%reload_ext`` the fresh
+    entries were no longer watched (a rebinding freed nothing); a derivative built by a
+    callback between cells, whose name the callback then rebound, was never checked."""
+    ip.run("import numpy as onp, weakref, gc\nx = onp.arange(3.0)")
+    ip.run("W = onp.ones(3)\ndef f(x):\n    return np.sum(np.sin(x) * W)\ndf = grad(f)\n_ = df(x)")
+    nested = ip.count
+    ip.run("get_ipython().run_cell('')\nW = onp.ones(3) * 2")
+    assert reasons("grad(f)") == f"W rebound in cell [{nested}]"
+
+    ip.run("_ = df(x)\nold = weakref.ref(W)")
+    ip.run("%reload_ext ipyrefresh")
+    rebound = ip.count
+    ip.run("W = onp.ones(3) * 3")
+    ip.run("gc.collect()")
+    assert ip.ns["old"]() is None
+    assert reasons("grad(f)") == f"W rebound in cell [{rebound}]"
+
+    ip.run("old = weakref.ref(W)")
+    ip.ns["df"](onp.arange(3.0))  # a callback, between cells: builds, then rebinds W
+    ip.ns["W"] = onp.ones(3) * 4
+    ip.run("gc.collect()")
+    assert ip.ns["old"]() is None
+    assert entry("grad(f)")["state"] == "stale"
+    assert list(ip.run("df(x)")) == list(4 * onp.cos(onp.arange(3.0)))
+
+
+def test_a_page_that_asks_between_cells_is_told_what_is_stale_now(ip: Shell) -> None:
+    """Hunt 11: with no page open no cell ends with a check of every entry; a page that
+    opens (or reloads) then asked and was told "fresh" for a derivative whose dict item
+    had been rebound."""
+    from ipyrefresh.ipython.extension import current_extension
+
+    class Page:
+        def __init__(self) -> None:
+            self.sent: list[Any] = []
+
+        def send(self, data: Any = None, **_: Any) -> None:
+            self.sent.append(data)
+
+    ip.run("import numpy as onp\nx = onp.arange(3.0)")
+    ip.run(
+        "P = {'w': onp.ones(3)}\ndef f(x):\n    return np.sum(P['w'] * x)\ndf = grad(f)\n_ = df(x)"
+    )
+    ip.run("P['w'] = onp.zeros(3)")  # an item: not a name the watch sees
+    ext = current_extension()
+    assert ext is not None
+    page = Page()
+    ext.extras[0]._handle(page, {"type": "request", "req": 1}, 1)
+    [message] = page.sent
+    assert [(e["name"], e["state"]) for e in message["entries"]] == [("grad(f)", "stale")]

@@ -341,8 +341,8 @@ class Engine:
         with self.lock:
             self.cell = None
             moved = self.watch.moved()
-            if moved:
-                suspects = [e for e in moved if e in self.cache]
+            suspects = [e for e in {**dict.fromkeys(self._changed), **moved} if e in self.cache]
+            if suspects:  # (moved, or built or changed by a callback since the cell ended)
                 self._check(suspects, False, Detection.BEFORE_CELL)
             self._watch_changed()
             self.watch.commit(cell, reread=bool(moved))
@@ -373,6 +373,13 @@ class Engine:
         changed = list(self._changed)
         self._changed.clear()
         self.watch.update(changed)
+
+    def attach(self) -> None:
+        """A shell loaded the extension: cells are numbered, and the fresh entries (kept
+        from an earlier load) are checked and watched from the next cell on."""
+        with self.lock:
+            self.attached = True
+            self._changed.update(self.cache)
 
     def detach(self) -> None:
         """The shell is gone (the extension unloaded): no more cells, nothing watched."""

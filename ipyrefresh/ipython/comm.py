@@ -209,6 +209,7 @@ class StatusChannel:
             # Loaded by %load_ext after the front end asked (and was told no): tell it now.
             # A front end that does not know the target just closes this comm again.
             with contextlib.suppress(Exception):
+                self.engine.sweep(deep=False, detection=Detection.ON_REQUEST)
                 self._add(comm_package.create_comm(target_name=TARGET, data=self._compute()))
 
     def close(self) -> None:
@@ -309,6 +310,9 @@ class StatusChannel:
             )
             self._broadcast(force=True)
         elif kind == "request":
+            # A page that opens or reloads asks between cells: check every entry first
+            # (with no comm open, no cell ended with that check).
+            self.engine.sweep(deep=False, detection=Detection.ON_REQUEST)
             self._send(c, self._compute(req))
         else:
             message = _clip(f"unknown request {kind!r}")
@@ -316,7 +320,7 @@ class StatusChannel:
 
     def _compute(self, req: int | None = None) -> dict[str, Any]:
         self.seq += 1
-        status = self.engine.status(check=False)  # the sweep after each cell checked it
+        status = self.engine.status(check=False)  # (checked after each cell, or just now)
         return status_message(status, self.seq, self.instance, req, self.cells)
 
     def _broadcast(self, force: bool = False) -> None:

@@ -34,14 +34,15 @@ class Extension:
         # loads the extension included), so the cells are numbered as the user sees them.
         self._seen: int | None = getattr(shell, "execution_count", 0)
         self._counted_first = True
-        self._depth = 0  # cells running: a cell may run another (``shell.run_cell``)
+        #: The cells running, outermost first (a cell may run another: ``run_cell``).
+        self._running: list[Any] = []
 
     # -- lifecycle -----------------------------------------------------------------------
     def load(self) -> None:
         shell = self.shell
         self.engine.use_config(self.config)
         shell.configurables.append(self.config)
-        self.engine.attached = True
+        self.engine.attach()
         shell.events.register("pre_run_cell", self.pre_run_cell)
         shell.events.register("post_run_cell", self.post_run_cell)
         shell.register_magics(self.magics)
@@ -79,8 +80,8 @@ class Extension:
 
     # -- events --------------------------------------------------------------------------
     def pre_run_cell(self, info: Any) -> None:
-        self._depth += 1
-        if self._depth > 1:
+        self._running.append(info)
+        if len(self._running) > 1:
             return  # a cell run from inside a cell (``run_cell`` in code) is part of it
         reset_if_idle()  # no build runs between cells: drop what a Ctrl-C left behind
         try:
@@ -96,8 +97,20 @@ class Extension:
         except Exception as exc:
             self.engine.internal_error("numbering a cell", exc)
 
+    def _outermost(self, result: Any) -> bool:
+        """Whether ``result`` ends the outermost cell: the one whose start we saw, or, when
+        we saw none, a cell that started before we were loaded (or an empty one, which
+        IPython ends without starting). An empty cell run inside a cell is part of it.
+        ipykernel ends a cell whose run raised with ``None``."""
+        running = self._running
+        if not running:
+            return True
+        if result is None:
+            return len(running) == 1
+        return running[0] is getattr(result, "info", None)
+
     def post_run_cell(self, result: Any) -> None:
-        if self._depth > 1:
+        if not self._outermost(result):
             return
         number = getattr(result, "execution_count", None)
         if isinstance(number, int) and getattr(result.info, "store_history", False):
@@ -108,7 +121,8 @@ class Extension:
             # must not keep the old objects alive until its handle's next call, nor the
             # entries of handles released in the cell. Eager mode checks every entry
             # (without array contents: calls check everything).
-            if self.engine.cell is None and isinstance(number, int):
+            stored = getattr(getattr(result, "info", None), "store_history", False)
+            if self.engine.cell is None and isinstance(number, int) and stored:
                 # The cell that loaded the extension (it ran no pre_run_cell of ours).
                 cell_id = getattr(getattr(result, "info", None), "cell_id", None)
                 self.engine.cell = CellRef(number, cell_id if isinstance(cell_id, str) else None)
@@ -122,8 +136,16 @@ class Extension:
 
     def cell_over(self, result: Any = None) -> None:
         """The last of the per-cell hooks (after the status channel's)."""
-        self._depth = max(self._depth - 1, 0)
-        if self._depth == 0:
+        outermost = self._outermost(result)
+        running = self._running
+        info = getattr(result, "info", None)
+        if result is None:
+            if running:
+                running.pop()
+        elif any(started is info for started in running):
+            while running.pop() is not info:  # (and any cell above it that never ended)
+                pass
+        if outermost:
             self.engine.between_cells()
 
 
