@@ -311,8 +311,8 @@ class Engine:
         self, bad: Mismatch, detection: Detection, entry: Entry, witnessed: Iterable[str] = ()
     ) -> Change:
         """The change ``bad`` says, noticed now. Its cell is known when the entry was
-        known right earlier in this cell (or at the end of the last), or when the watch
-        saw the subject's binding move in this cell (then it was right at its commit)."""
+        known right earlier in this cell, or when the watch saw the subject's binding move
+        in this cell (then it was right at the watch's commit as the cell started)."""
         start = self.watch.committed
         seen = bad.kind in BINDING_KINDS and bad.subject in witnessed
         since = start if seen and start is not None and start.count is not None else entry.verified
@@ -341,7 +341,7 @@ class Engine:
         with self.lock:
             self.cell = None
             moved = self.watch.moved()
-            suspects = [e for e in {**dict.fromkeys(self._changed), **moved} if e in self.cache]
+            suspects = self._suspects(moved)
             if suspects:  # (moved, or built or changed by a callback since the cell ended)
                 self._check(suspects, False, Detection.BEFORE_CELL)
             self._watch_changed()
@@ -357,12 +357,17 @@ class Engine:
         with self.lock:
             self._purge_dead()
             moved = self.watch.moved()
-            suspects = [e for e in {**dict.fromkeys(self._changed), **moved} if e in self.cache]
+            suspects = self._suspects(moved)
             went = self._check(suspects, False, Detection.AFTER_CELL, moved)
             self.cell_ended()
             self._watch_changed()
             self.watch.commit(None, reread=bool(moved))
             return went
+
+    def _suspects(self, moved: Mapping[Entry, object]) -> list[Entry]:
+        """The cached entries to check: those the watch saw a name of move, and those
+        whose variants changed since the last check (the journal)."""
+        return [e for e in {**dict.fromkeys(self._changed), **moved} if e in self.cache]
 
     def between_cells(self) -> None:
         """The cell is over (every per-cell hook has run): what happens now, in a

@@ -91,9 +91,7 @@ class Extension:
                 count = None  # a hidden cell has no number: the next visible cell takes it
             elif self._counted_first and count is not None:
                 count -= 1  # IPython has counted this cell already
-            cell_id = getattr(info, "cell_id", None)
-            cell = CellRef(count, cell_id if isinstance(cell_id, str) else None)
-            self.engine.before_cell(cell)
+            self.engine.before_cell(_cell_ref(count, info))
         except Exception as exc:
             self.engine.internal_error("numbering a cell", exc)
 
@@ -124,8 +122,7 @@ class Extension:
             stored = getattr(getattr(result, "info", None), "store_history", False)
             if self.engine.cell is None and isinstance(number, int) and stored:
                 # The cell that loaded the extension (it ran no pre_run_cell of ours).
-                cell_id = getattr(getattr(result, "info", None), "cell_id", None)
-                self.engine.cell = CellRef(number, cell_id if isinstance(cell_id, str) else None)
+                self.engine.cell = _cell_ref(number, getattr(result, "info", None))
             went = self.engine.after_cell()
             if self.config.mode == "eager":
                 went += self.engine.sweep(deep=False, detection=Detection.AFTER_CELL)
@@ -147,6 +144,12 @@ class Extension:
                 pass
         if outermost:
             self.engine.between_cells()
+
+
+def _cell_ref(count: int | None, info: Any) -> CellRef:
+    """The cell IPython's ``info`` (an ExecutionInfo) describes, numbered ``count``."""
+    cell_id = getattr(info, "cell_id", None)
+    return CellRef(count, cell_id if isinstance(cell_id, str) else None)
 
 
 _extension: Extension | None = None
