@@ -133,7 +133,15 @@ export class AnchoredPopup extends Widget {
       !this.node.contains(back) &&
       back.closest('.lm-CommandPalette, .jp-ModalCommandPalette') === null &&
       back.getClientRects().length > 0;
-    (usable ? back : this._anchor).focus();
+    const target = usable ? back : this._anchor;
+    target.focus();
+    // A roving-tabindex toolbar (Notebook 7's <jp-toolbar>) sends focus that comes from
+    // outside it on to its active item, which need not be ours. Focus coming from inside
+    // the toolbar stays where it is sent, so a second call lands on the target.
+    const toolbar = target.closest('jp-toolbar, [role="toolbar"]');
+    if (document.activeElement !== target && toolbar?.contains(document.activeElement)) {
+      target.focus();
+    }
   }
 
   private _resizer: ResizeObserver;
