@@ -190,7 +190,7 @@ def per_cell(report: Report, quick: bool) -> None:
             assert len(engine.cache) == (1 if "30 MB" in label else N), len(engine.cache)
             t = cell_times(shell, rounds, number)
             ratio = t["loaded"] / t["bare"]
-            sweep = best(lambda e=engine: e.sweep(deep=False), repeat=5)
+            sweep = best(lambda e=engine: e.sweep(deep=True), repeat=5)
             status = best(lambda e=engine: e.status(check=False), repeat=5)
             rows.append(
                 [

@@ -185,6 +185,54 @@ def test_status_after_cells_stale_reason_and_fresh_again(kernel: Kernel) -> None
     assert kernel.statuses(comm_id) == []
 
 
+IN_PLACE = """
+import autograd.numpy as np
+from ipyrefresh import grad
+W = np.ones(3)
+P = {"scale": np.ones(3)}
+class Model:
+    pass
+m = Model()
+m.w = np.ones(3)
+def f_w(x):
+    return np.sum(W * x ** 2)
+def f_p(x):
+    return np.sum(P["scale"] * x ** 2)
+def f_m(x):
+    return np.sum(m.w * x ** 2)
+handles = [grad(f_w), grad(f_p), grad(f_m)]
+x0 = np.arange(1.0, 4.0)
+_ = [d(x0) for d in handles]
+"""
+
+
+def test_arrays_changed_in_place_reach_the_status_bar(kernel: Kernel) -> None:
+    # The status bar must not call fresh a derivative whose next answer is not its cached
+    # one: an array it reads, changed in place (a global, a dict's item, an attribute),
+    # makes it stale as the cell ends, as ipyrefresh.status() says.
+    kernel.run("%load_ext ipyrefresh\n" + IN_PLACE)
+    comm_id = kernel.open_comm()
+    first = kernel.next_data(comm_id, "status")
+    assert (first["fresh"], first["stale"]) == (3, 0)
+    changes = [
+        ("W[0] = 5.0", "grad(f_w)"),
+        ('P["scale"][1] = 3.0', "grad(f_p)"),
+        ("m.w[:] = 2.0", "grad(f_m)"),
+    ]
+    for n, (change, name) in enumerate(changes, start=1):
+        kernel.run(change)
+        [msg] = kernel.statuses(comm_id)
+        assert (msg["fresh"], msg["stale"]) == (3 - n, n), (change, msg)
+        stale = {e["name"]: e for e in msg["entries"] if e["state"] == "stale"}
+        assert name in stale and "changed in place" in str(stale[name]["reasons"]), msg
+        truth = kernel.value("__import__('ipyrefresh').status()")
+        assert (truth["fresh"], truth["stale"]) == (msg["fresh"], msg["stale"])
+    # The answers are those of a fresh autograd computation of the data of now.
+    got = kernel.value("[d(x0).tolist() for d in handles]")
+    want = kernel.value("[__import__('autograd').grad(f)(x0).tolist() for f in (f_w, f_p, f_m)]")
+    assert got == want and got[0] != [2.0, 4.0, 6.0]  # (W as it was: stale)
+
+
 def test_refresh_from_the_front_end(kernel: Kernel) -> None:
     kernel.run("%load_ext ipyrefresh\n" + SETUP)
     comm_id = kernel.open_comm()

@@ -209,7 +209,7 @@ class StatusChannel:
             # Loaded by %load_ext after the front end asked (and was told no): tell it now.
             # A front end that does not know the target just closes this comm again.
             with contextlib.suppress(Exception):
-                self.engine.sweep(deep=False, detection=Detection.ON_REQUEST)
+                self.engine.sweep(deep=True, detection=Detection.ON_REQUEST)
                 self._add(comm_package.create_comm(target_name=TARGET, data=self._compute()))
 
     def close(self) -> None:
@@ -241,10 +241,11 @@ class StatusChannel:
             return
         # The extension's own post_run_cell (registered before this one) checked only the
         # entries a rebound name touched (eager mode: all); the status bar counts what is
-        # fresh, so every guard is checked (a cell's changes mark nothing dirty until then).
+        # fresh, so every guard is checked, array contents included (a cell's changes mark
+        # nothing dirty until then; an array changed in place is a change).
         try:  # the cell already ran; the status can wait
             if self.engine.config.mode != "eager":
-                self.engine.sweep(deep=False, detection=Detection.AFTER_CELL)
+                self.engine.sweep(deep=True, detection=Detection.AFTER_CELL)
             self._broadcast()
         except Exception as exc:
             self.engine.internal_error("sending the status", exc)
@@ -312,7 +313,7 @@ class StatusChannel:
         elif kind == "request":
             # A page that opens or reloads asks between cells: check every entry first
             # (with no comm open, no cell ended with that check).
-            self.engine.sweep(deep=False, detection=Detection.ON_REQUEST)
+            self.engine.sweep(deep=True, detection=Detection.ON_REQUEST)
             self._send(c, self._compute(req))
         else:
             message = _clip(f"unknown request {kind!r}")

@@ -118,14 +118,14 @@ class Extension:
             # Lazy mode too: a variant whose names were rebound (``del W``, ``def f`` again)
             # must not keep the old objects alive until its handle's next call, nor the
             # entries of handles released in the cell. Eager mode checks every entry
-            # (without array contents: calls check everything).
+            # (array contents too, as the status bar does).
             stored = getattr(getattr(result, "info", None), "store_history", False)
             if self.engine.cell is None and isinstance(number, int) and stored:
                 # The cell that loaded the extension (it ran no pre_run_cell of ours).
                 self.engine.cell = _cell_ref(number, getattr(result, "info", None))
             went = self.engine.after_cell()
             if self.config.mode == "eager":
-                went += self.engine.sweep(deep=False, detection=Detection.AFTER_CELL)
+                went += self.engine.sweep(deep=True, detection=Detection.AFTER_CELL)
                 if went:
                     self.engine.refresh(eager=True)
         except Exception as exc:  # the user's cell already ran; never turn it into an error
