@@ -457,6 +457,136 @@ CASES = [
         """,
         "a = 3.0",
     ),
+    # Namespaces and frames read by computed names where the code's names do not say so
+    # (found by an adversarial hunt): they run autograd at every call.
+    C(
+        "globals_under_another_name",
+        """
+        G = globals
+        a = 2.0
+        def f(x):
+            return G()['a'] * x ** 2
+        x = 1.5
+        dh = grad(f)
+        """,
+        "a = 3.0",
+    ),
+    C(
+        "function_dunder_globals",
+        """
+        a = 2.0
+        def f(x):
+            return x ** 2 * f.__globals__['a'] + x * (lambda: 0).__globals__['a']
+        x = 1.5
+        dh = grad(f)
+        """,
+        "a = 3.0",
+    ),
+    C(
+        "traceback_frame_globals",
+        """
+        a = 2.0
+        def f(x):
+            try:
+                raise KeyError
+            except KeyError as e:
+                k = e.__traceback__.tb_frame.f_globals['a']
+            return x ** 2 * k
+        x = 1.5
+        dh = grad(f)
+        """,
+        "a = 3.0",
+    ),
+    C(
+        "namespaces_by_other_routes",
+        """
+        import builtins, inspect
+        a = 2.0
+        def _gen():
+            yield 1
+        class K:
+            def m(self):
+                return 0
+        k = K()
+        def f(x):
+            return (
+                x ** 2 * builtins.globals()['a']
+                + x * inspect.getmodule(f).a
+                + x ** 3 * _gen().gi_frame.f_globals['a']
+                + x ** 4 * k.m.__func__.__globals__['a']
+            )
+        x = 1.5
+        dh = grad(f)
+        """,
+        "a = a + 1.0",
+    ),
+    C(
+        "keyword_order_through_double_star",
+        """
+        def f(x, **kw):
+            t = 0.0
+            for v in kw.values():
+                t = t * v + x  # (Horner: the order of the keywords matters)
+            return t
+        x, kw = 1.5, {'a': 2.0, 'b': 3.0}
+        dh = grad(f)
+        """,
+        "kw = {'b': 3.0, 'a': 2.0}",
+        call="dh(x, **kw)",
+        oracle="autograd.grad(f)(x, **kw)",
+        again="kw = {'a': 2.0, 'b': 3.0}",
+    ),
+    C(
+        "callee_reads_the_callers_globals_through_its_frame",
+        """
+        import sys
+        a = 2.0
+        def helper():
+            return sys._getframe(1).f_globals['a']
+        def f(x):
+            return x ** 2 * helper()
+        x = 1.5
+        dh = grad(f)
+        """,
+        "a = 3.0",
+    ),
+    C(
+        "callee_reads_an_argument_through_its_callers_frame",
+        """
+        import sys
+        def helper():
+            return sys._getframe(1).f_locals['n']
+        def f(x, n):
+            return x ** 2 * helper()
+        x, n = 1.5, 2.0
+        dh = grad(f)
+        """,
+        "n = n + 1.0",
+        call="dh(x, n)",
+        oracle="autograd.grad(f)(x, n)",
+    ),
+    C(
+        "zero_argument_super_reads_self",
+        """
+        class Base:
+            def m(self, x):
+                return x ** 2
+        class Mix(Base):
+            def m(self, x):
+                return x ** 3
+        class C(Base):
+            def m(self, x):
+                return super().m(x) * 2.0
+        class D(C, Mix):  # D's MRO: super() in C.m finds Mix.m
+            pass
+        obj, x = C(), 1.5
+        dh = grad(C.m, 1)
+        """,
+        "obj = D()",
+        call="dh(obj, x)",
+        oracle="autograd.grad(C.m, 1)(obj, x)",
+        again="obj = C()",
+    ),
     C(
         "string_flag_global",
         """

@@ -145,7 +145,7 @@ def _walk(
     walker = Walker(guard)
     try:
         walker.target(fn, label)
-        unread_args, unread_kw = _unread(fn, args, kwargs)
+        unread_args, unread_kw = _unread(fn, args, kwargs, log)
         for i, a in enumerate(args):
             if i not in request.argnums and i not in unread_args:
                 walker.argument(i, a, f"argument {i}")
@@ -165,13 +165,17 @@ def _walk(
 
 
 def _unread(
-    fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], log: CallLog | None
 ) -> tuple[frozenset[int], frozenset[str]]:
-    """Arguments the function provably never reads: they need no guard (a counter)."""
+    """Arguments the function provably never reads: they need no guard (a counter). None
+    when user code that ran reads frames (``sys._getframe(1).f_locals``, in a callee):
+    it can read any of them without loading it."""
     offset = 0
     if type(fn) is MethodType:
         fn, offset = fn.__func__, 1
     if type(fn) is not FunctionType:
+        return frozenset(), frozenset()
+    if log is not None and any(codefacts.facts(code).introspects for code in log.codes):
         return frozenset(), frozenset()
     return codefacts.unread_arguments(fn.__code__, len(args), tuple(kwargs), offset)
 

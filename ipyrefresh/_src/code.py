@@ -39,15 +39,29 @@ _LOAD_FAST = frozenset(
 )
 _CALL = frozenset({"CALL", "CALL_FUNCTION", "PRECALL", "CALL_METHOD"})
 #: Globals whose use means the code reads its namespace by computed names.
-_DYNAMIC_NAMESPACE = frozenset({"globals", "vars", "eval", "exec", "compile", "__import__"})
-#: Names whose use means the code may read its callers' local variables.
+_DYNAMIC_NAMESPACE = frozenset(
+    {"globals", "vars", "eval", "exec", "compile", "__import__", "getmodule"}
+)
+#: Attributes that are a namespace, read by computed names (``f.__globals__['c']``).
+_DYNAMIC_ATTRS = frozenset({"__globals__", "f_globals", "f_builtins", "getmodule"})
+#: Names whose use means the code may read its callers' local variables (through a
+#: frame: the current one, a caller's, a traceback's or a generator's).
 _INTROSPECTION = frozenset(
-    {"locals", "_getframe", "currentframe", "f_back", "f_locals", "stack", "getouterframes"}
+    {
+        *("locals", "_getframe", "currentframe", "f_back", "f_locals", "stack"),
+        *("getouterframes", "tb_frame", "gi_frame", "cr_frame", "ag_frame"),
+    }
 )
 
 #: Code-object flags of generators and coroutines (they return before running their body).
 GENERATOR_FLAGS = 0x20 | 0x80 | 0x100 | 0x200
 _VARARGS, _VARKEYWORDS = 0x04, 0x08
+
+
+def reads_namespace_by(name: str) -> bool:
+    """Whether using a global called ``name`` is already taken as reading the namespace
+    or frames by computed names (``globals``, ``eval``, ``_getframe``...)."""
+    return name in _DYNAMIC_NAMESPACE or name in _INTROSPECTION
 
 
 @dataclass(frozen=True)
@@ -107,12 +121,18 @@ def _scan(code: CodeType) -> CodeFacts:
                     dynamic = True
                 if g in _INTROSPECTION or g == "vars":
                     introspects = True
+                if g == "super" and own and "__class__" in co.co_freevars and co.co_varnames:
+                    # Zero-argument super() reads the first argument from the frame, with
+                    # no instruction that loads it (CPython 3.11).
+                    loaded.add(co.co_varnames[0])
                 names.add(g)
             elif name in _LOAD_ATTR:
                 a = op.argval
                 attrs.add(a)
                 if a in _INTROSPECTION:
                     introspects = True
+                if a in _DYNAMIC_ATTRS:
+                    dynamic = True
             elif name in _LOAD_FAST:
                 v = op.argval
                 if own:

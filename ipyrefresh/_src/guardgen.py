@@ -83,7 +83,7 @@ class _Emitter:
             "_vjps": primitive_vjps.get,
             "_ndarray": np.ndarray,
             "_signature": arg_signature,
-            "_sorted_keys": lambda kwargs: tuple(sorted(kwargs)),
+            "_keys": tuple,
         }
         self.lines: list[str] = []
         self._k = itertools.count()
@@ -319,7 +319,7 @@ def _like(e: _Emitter, node: Node, v: str, arg: bool) -> None:
 def _arity(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     assert isinstance(node, Arity)
     bad = e.mismatch(node, ChangeKind.RESHAPED, arg)
-    keywords = f"_sorted_keys({v}[1]) != {node.keywords!r}" if node.keywords else f"{v}[1]"
+    keywords = f"_keys({v}[1]) != {node.keywords!r}" if node.keywords else f"{v}[1]"
     e.fail(f"_len({v}[0]) != {node.count} or {keywords}", bad)
 
 

@@ -793,17 +793,18 @@ class Like(Node):
 
 
 class Arity(Node):
-    """How many positional arguments a call passes, and which keywords."""
+    """How many positional arguments a call passes, and which keywords, in their order
+    (``**kw`` iterates in the order they were passed)."""
 
     __slots__ = ("count", "keywords")
 
     def __init__(self, label: str, count: int, keywords: tuple[str, ...]) -> None:
         super().__init__(label)
         self.count = count
-        self.keywords = tuple(sorted(keywords))
+        self.keywords = tuple(keywords)
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
         args, kwargs = value
-        if len(args) != self.count or tuple(sorted(kwargs)) != self.keywords:
+        if len(args) != self.count or tuple(kwargs) != self.keywords:
             return Mismatch(self.label, ChangeKind.RESHAPED)
         return None

@@ -281,6 +281,10 @@ class Walker:
             for name in sorted(facts.globals):
                 self.global_name(globs, name, prefix + name)
                 value = dict.get(globs, name, MISSING)
+                if _namespace_reader(value) and not codefacts.reads_namespace_by(name):
+                    raise Unguardable(
+                        f"{label} reads its namespace by computed names ({name} is {value!r})"
+                    )
                 if type(value) is FunctionType and codefacts.is_user_code(value.__code__):
                     self.guard.edges[(label, prefix + name)] = "static"  # (recursion too)
             for chain in sorted(facts.chains):
@@ -313,6 +317,8 @@ class Walker:
             path = f"{path}.{attr}"
             self.global_name(ns, attr, path)
             obj = dict.get(ns, attr, MISSING)
+            if _namespace_reader(obj):  # builtins.globals()['c']
+                raise Unguardable(f"{path} reads a namespace by computed names")
             if obj is MISSING:  # answered by the module's __getattr__ (PEP 562), if any
                 getattr_label = f"{path.rpartition('.')[0]}.__getattr__"
                 self.global_name(ns, "__getattr__", getattr_label, builtin=False)
@@ -833,3 +839,15 @@ __all__ = [
     "rng_state",
     "rules_of",
 ]
+
+
+#: Builtins that read a namespace (or a frame) by computed names: under another global
+#: name (``G = globals``; ``G()['c']``) the code's names do not show it.
+_NAMESPACE_READERS = (
+    *(builtins.globals, builtins.vars, builtins.locals, builtins.eval, builtins.exec),
+    *(builtins.compile, builtins.__import__, sys._getframe),
+)
+
+
+def _namespace_reader(value: Any) -> bool:
+    return any(value is reader for reader in _NAMESPACE_READERS)
