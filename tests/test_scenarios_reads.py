@@ -472,6 +472,22 @@ CASES = [
         "a = 3.0",
     ),
     C(
+        "globals_in_a_default_a_closure_and_a_dict",
+        """
+        a = 2.0
+        def _outer():
+            g = globals
+            return lambda: g()['a']
+        from_closure = _outer()
+        tools = {'ns': globals}
+        def f(x, G=globals):
+            return G()['a'] * x ** 2 + from_closure() * x + tools['ns']()['a'] * x ** 3
+        x = 1.5
+        dh = grad(f)
+        """,
+        "a = 3.0",
+    ),
+    C(
         "function_dunder_globals",
         """
         a = 2.0

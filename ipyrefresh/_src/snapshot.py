@@ -245,6 +245,8 @@ class Walker:
         if value is not MISSING:
             if isinstance(value, type) and _library_namespace(globs):
                 node: Node = self.klass(value, label)  # (a library's class can be patched)
+            elif _namespace_reader(value):  # builtins.globals, sys._getframe
+                raise Unguardable(f"{label} reads a namespace by computed names")
             elif callable(value) and _library_namespace(globs) and not _user_function(value):
                 # jnp.sin, np.random.rand...: a library's own callables are what they are;
                 # their internals (caches, compiled traces) are not what user code reads.
@@ -266,7 +268,11 @@ class Walker:
         bdict = b.__dict__ if type(b) is ModuleType else b
         if type(bdict) is dict and (id(bdict), name) not in self._names:
             self._names.add((id(bdict), name))
-            self.env_root(NameReader(bdict, name), self.walk(bdict.get(name, MISSING), name))
+            found = bdict.get(name, MISSING)
+            # (the code names it itself: its facts say how it reads, see ``code_reads``)
+            own = _namespace_reader(found) and codefacts.reads_namespace_by(name)
+            node = Identity(name, found) if own else self.walk(found, name)
+            self.env_root(NameReader(bdict, name), node)
 
     def code_reads(self, code: CodeType, globs: Mapping[str, Any], label: str) -> None:
         """The globals and module attributes that user ``code`` loads."""
@@ -281,10 +287,6 @@ class Walker:
             for name in sorted(facts.globals):
                 self.global_name(globs, name, prefix + name)
                 value = dict.get(globs, name, MISSING)
-                if _namespace_reader(value) and not codefacts.reads_namespace_by(name):
-                    raise Unguardable(
-                        f"{label} reads its namespace by computed names ({name} is {value!r})"
-                    )
                 if type(value) is FunctionType and codefacts.is_user_code(value.__code__):
                     self.guard.edges[(label, prefix + name)] = "static"  # (recursion too)
             for chain in sorted(facts.chains):
@@ -317,8 +319,6 @@ class Walker:
             path = f"{path}.{attr}"
             self.global_name(ns, attr, path)
             obj = dict.get(ns, attr, MISSING)
-            if _namespace_reader(obj):  # builtins.globals()['c']
-                raise Unguardable(f"{path} reads a namespace by computed names")
             if obj is MISSING:  # answered by the module's __getattr__ (PEP 562), if any
                 getattr_label = f"{path.rpartition('.')[0]}.__getattr__"
                 self.global_name(ns, "__getattr__", getattr_label, builtin=False)
@@ -371,6 +371,8 @@ class Walker:
                 self.guard.rngs.append((label, value))
             return Identity(label, value)
         if t is BuiltinFunctionType:
+            if _namespace_reader(value):  # under another name: G = globals; G()['a']
+                raise Unguardable(f"{label} is {value.__name__}: it reads a namespace")
             owner = value.__self__
             if owner is None or isinstance(owner, ModuleType):
                 return Identity(label, value)
@@ -841,8 +843,9 @@ __all__ = [
 ]
 
 
-#: Builtins that read a namespace (or a frame) by computed names: under another global
-#: name (``G = globals``; ``G()['c']``) the code's names do not show it.
+#: Builtins that read a namespace (or a frame) by computed names: reached other than by
+#: their own name (``G = globals``, a default, a closure, ``builtins.globals``) the
+#: code's names do not show it, so meeting one anywhere in a walk makes it unguardable.
 _NAMESPACE_READERS = (
     *(builtins.globals, builtins.vars, builtins.locals, builtins.eval, builtins.exec),
     *(builtins.compile, builtins.__import__, sys._getframe),
