@@ -11,12 +11,11 @@ entries. The watch instead compares the id of each object bound to a watched nam
 the one bound when the cell started (and, as a cell starts, with the one bound when the
 last cell ended: what a callback or a thread rebound in between), in C
 (``operator.itemgetter``, then the ids as one block of memory, see ``_ids``), and names
-the entries whose
-bindings moved, with the subjects (guard labels) read through them: a rebinding of such
-a subject happened in this cell. Only those entries (and the entries that changed during
-the cell) need their guards checked. What it does not see (an attribute, an item or an
-array changed in place) the entry's own guard finds at its next call, and ``%stale``,
-``status()`` and the status bar find by checking every guard.
+the entries whose bindings moved, with the subjects (guard labels) read through them: a
+rebinding of such a subject happened in this cell. Only those entries (and the entries
+that changed during the cell) need their guards checked. What it does not see (an
+attribute, an item or an array changed in place) the entry's own guard finds at its
+next call, and ``%stale``, ``status()`` and the status bar find by checking every guard.
 
 The watch holds ids, not the objects bound (a callback that rebinds a name between cells
 must free the old object at once), the namespaces (as the guards do), and the entries
