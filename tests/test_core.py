@@ -470,7 +470,12 @@ def test_calls_alternating_kinds_of_argument_each_get_their_answer(engine: Engin
         ((onp.linspace(0.1, 1.0, 1),), {}),  # broadcasts against (5,) if misapplied
         ((onp.linspace(0.1, 1.0, 5).astype("float32"),), {}),
         ((onp.linspace(0.1, 1.0, 6).reshape(2, 3),), {}),
-        ((onp.linspace(0.1, 1.0, 5)[::2],), {}),  # a strided view
+        # A strided view, over a base as long as the span numpy computes for it (3 items of
+        # stride 16 bytes). numpy 1.24 computes float64 sin/cos by another method (other
+        # last bits) when its overlap check finds the output inside that span: over a
+        # 5-element base (40 bytes) a result malloc placed just past the base did, so
+        # autograd's own answer depended on where the result landed (CI, lowest versions).
+        ((onp.linspace(0.1, 1.0, 6)[::2],), {}),
         ((0.3,), {}),
         ((onp.float64(0.3),), {}),
         ((onp.linspace(0.1, 1.0, 5),), {"scale": 2.0}),
