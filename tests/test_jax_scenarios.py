@@ -1810,3 +1810,167 @@ def test_default_prng_implementation_changed(jp: Shell) -> None:
         check(jp, "drl(x)", "jax.grad(rl)(x)", what="rbg")
     finally:
         jax.config.update("jax_default_prng_impl", old)
+
+
+# -- arguments as unjitted JAX sees them (hunt 13) ----------------------------------------
+
+#: A handle's non-differentiated arguments reach its function as unjitted JAX passes them:
+#: numpy objects stay numpy objects (methods in place, numpy's own dtypes, isinstance),
+#: and a JAX value jax.jit would reject as traced (a shape, a loop bound) is a value.
+#: Each: the cells, the handle's call and jax.grad's (a fresh copy where f changes it).
+ARGUMENTS = {
+    "numpy array sorted in place": (
+        "w = jnp.array([0.5, -1.0, 2.0])\nX = onp.array([3., 1., 2., 0.], dtype=onp.float32)\n"
+        "def f(w, X):\n    X.sort()\n    return jnp.sum(w * X[:3])",
+        "df(w, X.copy())",
+        "jax.grad(f)(w, X.copy())",
+    ),
+    "numpy array clipped in place": (
+        "w = jnp.array([0.5, -1.0, 2.0])\nZ = onp.array([1., -2., 3.], dtype=onp.float32)\n"
+        "def f(w, Z):\n    Z[Z < 0] = 0.0\n    return jnp.sum(w * Z)",
+        "df(w, Z.copy())",
+        "jax.grad(f)(w, Z.copy())",
+    ),
+    "np.matrix product": (
+        "w = jnp.array([0.5, -1.0])\nM = onp.matrix([[1., 2.], [3., 4.]], dtype=onp.float32)\n"
+        "def f(w, M):\n    return jnp.sum(w * jnp.asarray(M * M)[0])",
+        "df(w, M)",
+        "jax.grad(f)(w, M)",
+    ),
+    "masked array mean": (
+        "w = jnp.array([0.5, -1.0, 2.0])\n"
+        "D = onp.ma.masked_array(onp.array([1., 100., 3.], dtype=onp.float32), mask=[0, 1, 0])\n"
+        "def f(w, D):\n    return jnp.sum(w * D.mean())",
+        "df(w, D)",
+        "jax.grad(f)(w, D)",
+    ),
+    "numpy int32 sum (int64 in numpy)": (
+        "w = jnp.array([0.5, -1.0])\n"
+        "I = onp.array([2_000_000_000, 2_000_000_000], dtype=onp.int32)\n"
+        "def f(w, I):\n    return jnp.sum(w * (I.sum() / 1e9))",
+        "df(w, I)",
+        "jax.grad(f)(w, I)",
+    ),
+    "isinstance of a numpy integer": (
+        "def f(x, n):\n    return jnp.sum(x) * (2.0 if isinstance(n, (int, onp.integer)) else 3.0)",
+        "df(x, onp.int32(2))",
+        "jax.grad(f)(x, onp.int32(2))",
+    ),
+    "JAX integer as a shape": (
+        "x4 = jnp.array([0.3, -1.2, 2.0, 0.7])\nn = jnp.argmax(jnp.array([0, 3, 9, 2]))\n"
+        "def f(x, n):\n    return jnp.sum(jnp.sin(x.reshape(n, -1)[0]))",
+        "df(x4, n)",
+        "jax.grad(f)(x4, n)",
+    ),
+    "JAX integer as a fori_loop bound": (
+        "def f(x, n):\n"
+        "    return lax.fori_loop(0, n, lambda i, a: a + jnp.sum(jnp.sin(x * i)), 0.0)",
+        "df(x, jnp.array(3))",
+        "jax.grad(f)(x, jnp.array(3))",
+    ),
+    "numpy integer as a slice end": (
+        "losses = onp.array([0.9, 0.4, 0.1])\ndef f(x, n):\n    return jnp.sum(jnp.sin(x[:n]))",
+        "df(x, onp.argmin(losses))",
+        "jax.grad(f)(x, onp.argmin(losses))",
+    ),
+    "a parameter named a": (
+        "def f(x, a=1.0):\n    return jnp.sum(jnp.sin(x) * a)",
+        "df(x, a=jnp.float32(2.0))",
+        "jax.grad(f)(x, a=jnp.float32(2.0))",
+    ),
+    "**kw in the order given": (
+        "def f(x, **kw):\n    return jnp.sum(x * list(kw.values())[0])",
+        "df(x, q=jnp.float32(2.0), p=jnp.float32(1.0))",
+        "jax.grad(f)(x, q=jnp.float32(2.0), p=jnp.float32(1.0))",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ARGUMENTS))
+def test_arguments_reach_the_function_as_unjitted_jax_passes_them(jp: Shell, case: str) -> None:
+    setup, call, oracle = ARGUMENTS[case]
+    jp.run(setup + "\ndf = rj.grad(f)")
+    got = check(jp, call, oracle, times=3, what=case)
+    assert not identical(got, jp.run(oracle)), case  # (bit for bit, too)
+    assert all(e["state"] == "fresh" for e in status_of(jp, "df"))
+
+
+def test_keywords_in_another_order_get_their_own_answer(jp: Shell) -> None:
+    jp.run("def f(x, **kw):\n    return jnp.sum(x * list(kw.values())[0])\ndf = rj.grad(f)")
+    for call in ("p=1.0, q=2.0", "q=2.0, p=1.0", "p=1.0, q=2.0", "q=2.0, p=1.0"):
+        check(jp, f"df(x, {call})", f"jax.grad(f)(x, {call})", what=call)
+
+
+def test_rj_jit_static_arguments_by_position_or_name(jp: Shell) -> None:
+    """As jax.jit: a static argument named may be passed by position and one numbered by
+    name; a negative position counts from the end (and is checked like the others)."""
+    jp.run("def step(x, mode='sin'):\n    return jnp.sin(x) if mode == 'sin' else jnp.cos(x)")
+    jp.run("J = rj.jit(step, static_argnames='mode')\nJ2 = rj.jit(step, static_argnums=1)")
+    jp.run("O = jax.jit(step, static_argnames='mode')\nO2 = jax.jit(step, static_argnums=1)")
+    for call in ("(x, 'cos')", "(x, mode='cos')", "(x, 'sin')"):
+        check(jp, "J" + call, "O" + call, what=call)
+        check(jp, "J2" + call, "O2" + call, what=call)
+    jp.run("class Cfg:\n    def __init__(s, k): s.k = k\ncfg = Cfg(2.0)")
+    jp.run("def scaled(x, cfg): return x * cfg.k\nJ3 = rj.jit(scaled, static_argnums=-1)")
+    check(jp, "J3(x, cfg)", "scaled(x, cfg)")
+    jp.run("cfg.k = 7.0")  # in place: jax.jit's hash of cfg would not see it
+    check(jp, "J3(x, cfg)", "scaled(x, cfg)")
+
+
+def test_debug_nans_turned_on_makes_handles_check_as_jax_grad_does(
+    jp: Shell, keep_x64: None
+) -> None:
+    jp.run("def q(x): return jnp.sum(jnp.log(x))\ndq = rj.grad(q)")
+    check(jp, "dq(x)", "jax.grad(q)(x)")  # a nan in the forward pass, a finite gradient
+    try:
+        jp.run("jax.config.update('jax_debug_nans', True)")
+        for handle in ("dq", "rj.grad(q)"):
+            assert type(jp.run_error("jax.grad(q)(x)")) is FloatingPointError
+            assert type(jp.run_error(f"{handle}(x)")) is FloatingPointError
+    finally:
+        jax.config.update("jax_debug_nans", False)
+    check(jp, "dq(x)", "jax.grad(q)(x)")
+    assert [e["runs"][0] for e in status_of(jp, "dq")] == ["jax.jit"]
+
+
+def test_a_donated_global_is_gone_for_the_handle_too(jp: Shell) -> None:
+    jp.run("W = jnp.array([1., 2., 3.])\ndef h(x): return jnp.sum(W * jnp.sin(x))\ndh = rj.grad(h)")
+    check(jp, "dh(x)", "jax.grad(h)(x)")
+    jp.run("W2 = jax.jit(lambda a: a * 2.0, donate_argnums=0)(W)")
+    if not jp.run("W.is_deleted()"):
+        pytest.skip("this platform does not donate buffers")
+    assert status_of(jp, "dh")[0]["state"] == "stale"
+    for _ in range(2):
+        assert isinstance(jp.run_error("jax.grad(h)(x)"), (RuntimeError, ValueError))
+        assert isinstance(jp.run_error("dh(x)"), (RuntimeError, ValueError))
+    jp.run("W = W2")
+    check(jp, "dh(x)", "jax.grad(h)(x)")
+
+
+def test_print_under_redirect_stdout_happens_at_every_call(jp: Shell) -> None:
+    jp.run("import contextlib, io\nbuf = io.StringIO()")
+    jp.run("def f(v):\n    print('called f')\n    return jnp.sum(jnp.sin(v))\ndf = rj.grad(f)")
+    for k in range(1, 4):
+        jp.run("with contextlib.redirect_stdout(buf):\n    g = df(x)")
+        assert jp.run("buf.getvalue().count('called f')") == k
+    check(jp, "g", "jax.grad(f)(x)")
+
+
+def test_print_in_a_plain_script_happens_at_every_call() -> None:
+    """Outside IPython (handles work the same): the user's print, called by JAX's tracing,
+    is the user's effect, not JAX's machinery."""
+    script = (
+        "import os\nos.environ.setdefault('JAX_PLATFORMS', 'cpu')\n"
+        "import jax, jax.numpy as jnp, ipyrefresh.jax as rj\n"
+        "x = jnp.array([0.3, -1.2, 2.0])\n"
+        "def f(v):\n    print('called f', flush=True)\n    return jnp.sum(jnp.sin(v))\n"
+        "df = rj.grad(f)\n"
+        "for k in range(3):\n    g = df(x)\n    print('handle done', flush=True)\n"
+        "    assert (g == jax.grad(f)(x)).all()\n    print('oracle done', flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=240, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stdout.splitlines() if line]
+    assert lines == ["called f", "handle done", "called f", "oracle done"] * 3, lines

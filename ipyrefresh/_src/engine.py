@@ -207,7 +207,7 @@ class Engine:
             if (
                 read
                 and entry.state is State.FRESH
-                and compilers.get(entry.key.backend).run_first_sight
+                and compilers.get(entry.key.backend).runs_first_sight(entry.request)
                 and entry.first_sight(read, args, kwargs)
             ):
                 return entry, self._run_unbuilt(entry, fn, args, kwargs)

@@ -214,6 +214,22 @@ class Identity(Node):
         return None if value is self.ref() else self.fail(value, self.kind)
 
 
+class JaxArray(Node):
+    """A JAX array: immutable, so the very same object; but its buffer can be deleted
+    (donated to a jitted call, ``x.delete()``), after which JAX refuses to read it."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, label: str, array: Any) -> None:
+        super().__init__(label)
+        self.ref = Ref(array)
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if value is not self.ref():
+            return self.fail(value)
+        return Mismatch(self.label, ChangeKind.DELETED) if value.is_deleted() else None
+
+
 class Function(Node):
     """A Python function: the same object, and the same code, defaults, closure cells,
     attributes (``__wrapped__``, function attributes) and autograd gradient rule.

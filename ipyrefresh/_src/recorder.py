@@ -361,8 +361,12 @@ def _by_machinery(frame: FrameType) -> bool:
     """Whether a call made in ``frame`` is machinery's: made by machinery code itself, or
     by library code machinery called (the standard library's glob or importlib.metadata
     under JAX's backend set-up, ``os.environ`` read by JAX's config), with no user code
-    (nor ipyrefresh's, which runs the user's) in between."""
-    if _machinery(frame.f_code):
+    (nor ipyrefresh's, which runs the user's) in between. A call user code makes itself
+    is the user's, whoever called that code (JAX's tracing calls the user's function)."""
+    code = frame.f_code
+    if is_user_code(code):
+        return False
+    if _machinery(code):
         return True
     back = frame.f_back
     for _ in range(_MAX_WALK):

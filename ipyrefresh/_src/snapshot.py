@@ -63,6 +63,7 @@ from .nodes import (
     Function,
     Identity,
     Instance,
+    JaxArray,
     Jitted,
     Like,
     Map,
@@ -379,6 +380,8 @@ class Walker:
             return BoundBuiltin(label, value, self.walk(owner, f"{label}.__self__"))
         if t in _IDENTITY_TYPES:
             return Identity(label, value)
+        if _is_jax_array(t):
+            return JaxArray(label, value)
         if _is_jax_jitted(t):
             inner = object.__getattribute__(value, "__dict__").get("__wrapped__", MISSING)
             return Jitted(label, value, self.walk(inner, f"{label}.__wrapped__"))
@@ -795,6 +798,13 @@ class _ProxyOf(Node):
 
 def _is_iterator(t: type) -> bool:
     return any("__next__" in type.__dict__["__dict__"].__get__(c) for c in t.__mro__[:-1])
+
+
+def _is_jax_array(t: type) -> bool:
+    """JAX's concrete array type (compared as itself: a class's own ``__name__`` may be
+    anything, a metaclass may refuse to tell it)."""
+    array = sys.modules.get("jax._src.array")
+    return array is not None and t is getattr(array, "ArrayImpl", None)
 
 
 def _is_jax_jitted(t: type) -> bool:

@@ -51,7 +51,6 @@ class AutogradCompiler:
 
     name = "autograd"
     needs_guard = False
-    run_first_sight = False  # (it has no variants to miss)
 
     def trace(
         self, fn: Any, request: Request, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -60,3 +59,6 @@ class AutogradCompiler:
 
     def fallback(self, request: Request, guard: Guard, why: str) -> Variant:
         return PythonVariant(plain(request), guard, why, "plain autograd")
+
+    def runs_first_sight(self, request: Request) -> bool:
+        return False  # (it has no variants to miss)

@@ -123,16 +123,18 @@ class Compiler(Protocol):
     name: str
     #: Whether builds need to know what the run read (False: the fallback is all there is).
     needs_guard: bool
-    #: Whether a value of a read argument met for the first time runs the fallback rather
-    #: than a build (the engine's "second sight"): worth it when a build costs several
-    #: runs of the fallback (the tape), not when the fallback is far slower (unjitted JAX).
-    run_first_sight: bool
 
     def trace(
         self, fn: Any, request: Request, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Traced: ...
 
     def fallback(self, request: Request, guard: Guard, why: str) -> Variant: ...
+
+    def runs_first_sight(self, request: Request) -> bool:
+        """Whether a value of a read argument met for the first time runs the fallback
+        rather than a build (the engine's "second sight"): a value that changes at every
+        call (a minibatch, Newton's next estimate) must not cost a build at every call."""
+        ...
 
 
 class PythonVariant:

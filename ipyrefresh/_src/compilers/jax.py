@@ -7,12 +7,20 @@ own jitted function, checked before each call by the same guard as any entry (th
 and data the trace read, which XLA baked into the executable), and dropped with the
 entry when that guard fails, so only affected entries are traced and compiled again.
 
-Non-differentiated Python scalars (``int``, ``float``, ``str``...) are *static*, as they
-are Python values to an unjitted ``jax.grad`` (a float traced as float32 would lose
-precision the oracle keeps); arrays are traced. Arguments the function never reads are
-not passed into the trace at all (an optimizer's iteration counter does not recompile).
-Code that needs concrete values under ``jax.jit`` runs the unjitted transform instead,
-as do functions with effects: correct, slower, and reported.
+A derivative handle must answer what an unjitted JAX transform answers, and that sees
+its non-differentiated arguments as they are. So only JAX arrays (and pytrees of them)
+are traced: inside the trace they behave as they do unjitted, short of giving concrete
+values. Python scalars (``int``, ``float``, ``str``...) are *static* (a float traced as
+float32 would lose precision the oracle keeps). numpy arrays and scalars, and anything
+else, are *constants* of the trace, checked by value by the guard like a global: code
+may treat them as numpy (``X.sort()`` in place, ``isinstance(n, np.integer)``, numpy's
+integer sums), which a tracer would silently not do. Arguments the function never reads
+are not passed into the trace at all (an optimizer's iteration counter does not
+recompile). Code that ``jax.jit`` rejects for traced arguments (a JAX integer used as a
+shape or a loop bound) is traced again with every argument a constant; code that needs
+concrete values even so, and functions with effects, run the unjitted transform:
+correct, slower, and reported. (``rj.jit`` traces as ``jax.jit`` does: that is what it
+must agree with.)
 
 This module imports jax; it is imported only when the "jax" compiler is first used.
 """
@@ -20,6 +28,7 @@ This module imports jax; it is imported only when the "jax" compiler is first us
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 from collections.abc import Callable
 from types import FunctionType
@@ -28,7 +37,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import dtypes as _dtypes
 from jax._src.array import ArrayImpl as _ArrayImpl
 
 from ..code import unread_arguments
@@ -46,16 +54,15 @@ _CONFIG = (
     "jax_default_matmul_precision",
     "jax_numpy_rank_promotion",
     "jax_default_prng_impl",  # (jax.jit's own cache does not key on it)
+    "jax_debug_nans",  # (unjitted JAX raises at the first nan; a compiled answer would not)
+    "jax_debug_infs",
+    "jax_disable_jit",
 )
 
-#: Errors of code that needs a concrete value where ``jax.jit`` gives it a tracer.
-NEEDS_CONCRETE: tuple[type[BaseException], ...] = (
-    jax.errors.ConcretizationTypeError,
-    jax.errors.TracerArrayConversionError,
-    jax.errors.TracerIntegerConversionError,
-    jax.errors.TracerBoolConversionError,
-    jax.errors.NonConcreteBooleanIndexError,
-)
+
+#: Settings under which unjitted JAX checks every operation (or runs no jit at all),
+#: which a handle's compiled answer would not: it runs unjitted JAX while one is on.
+_CHECKS = ("jax_debug_nans", "jax_debug_infs", "jax_disable_jit")
 
 
 def _elementwise_grad(fun: Callable[..., Any], argnums: Any = 0) -> Callable[..., Any]:
@@ -210,7 +217,8 @@ class JaxVariant:
             return Miss("the call's arguments split into static and traced ones otherwise")
         try:
             with self._context():
-                return self._jitted(*self._plan.pass_args(args), **kwargs)
+                plan = self._plan
+                return self._jitted(*plan.pass_args(args), **plan.pass_kwargs(kwargs))
         except _Retrace:
             return Miss("jax.jit would trace again (new static arguments or types)")
 
@@ -219,86 +227,153 @@ class JaxVariant:
 
 
 #: JAX's concrete array type (``type(x) in`` is the hot path's test; subclasses and
-#: tracers take the tree walk of :func:`_faithful`).
+#: tracers take the tree walk of :func:`_traceable`).
 _JAX_ARRAYS = frozenset({_ArrayImpl})
 
 
-def _faithful(x: Any) -> bool:
-    """Whether ``jax.jit`` passes ``x`` into the trace with the values an unjitted
-    ``jax.grad`` computes with: JAX arrays, and numpy arrays and scalars of a dtype JAX
-    keeps. Python numbers inside containers and float64 numpy values without x64 become
-    float32 at jit's boundary, where unjitted code first computes with them in Python."""
+def _traceable(x: Any) -> bool:
+    """Whether unjitted JAX code sees ``x`` as jax.jit's trace does, short of concrete
+    values: JAX arrays and pytrees of them. (numpy values stay numpy objects to unjitted
+    code, and Python numbers inside containers become float32 at jit's boundary.)"""
     if isinstance(x, jax.Array):  # (the common cases, on every call: no tree walk)
         return True
     if type(x) in (tuple, list) and all(type(v) in _JAX_ARRAYS for v in x):
         return True
-    for leaf in jax.tree_util.tree_leaves(x):
-        if isinstance(leaf, jax.Array):
-            continue
-        kept = isinstance(leaf, (np.ndarray, np.generic)) and not leaf.dtype.hasobject
-        if not (kept and _dtypes.canonicalize_dtype(leaf.dtype) == leaf.dtype):
-            return False
-    return True
+    return all(isinstance(leaf, jax.Array) for leaf in jax.tree_util.tree_leaves(x))
 
 
 class _Plan:
-    """Which arguments go into the jitted function, and which of them are static.
+    """Which arguments go into the jitted function: static, traced or constant.
 
     For the derivative handles (``handles=True``) the split follows what an unjitted JAX
-    transform sees: Python scalars (and tuples of them) are static, positional or keyword;
-    the rest is traced, and :meth:`mismatch` tells whether a call splits that way.
+    transform sees (see the module docstring): Python scalars (and tuples of them) are
+    static, positional or keyword; JAX arrays and pytrees of them are traced (unless
+    ``constant`` says all are constants); the rest are constants, passed to the trace by
+    closure and checked by the guard. :meth:`mismatch` tells whether a call splits so.
     """
 
     def __init__(
         self,
+        fun: Any,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         diff: tuple[int, ...],
         unread: frozenset[int],
         options: dict[str, Any],
         handles: bool,
+        constant: bool = False,
     ) -> None:
         self.count = len(args)
         self.unread = tuple(i for i in range(len(args)) if i in unread and i not in diff)
         self.handles = handles
         static: tuple[int, ...] | None = options.get("static_argnums")
         names: tuple[str, ...] | None = options.get("static_argnames")
+        if not handles:
+            static, names = _static_of(fun, len(args), static or (), names or ())
+        consts: tuple[int, ...] = ()
+        const_names: tuple[str, ...] = ()
         if handles:
             static = tuple(i for i, a in enumerate(args) if i not in diff and _is_static(a))
             names = tuple(sorted(k for k, v in kwargs.items() if _is_static(v)))
+            consts = tuple(
+                i
+                for i, a in enumerate(args)
+                if i not in diff and i not in static and (constant or not _traceable(a))
+            )
+            const_names = tuple(
+                sorted(
+                    k
+                    for k, v in kwargs.items()
+                    if k not in names and (constant or not _traceable(v))
+                )
+            )
         self.static = tuple(i for i in (static or ()) if i not in self.unread)
         self.static_names = names
-        self.keywords = tuple(sorted(kwargs))
+        self.constants = tuple(i for i in consts if i not in self.unread)
+        self.constant_names = const_names
+        # The order the call gave its keywords in: a handle's function sees them in that
+        # order (``**kw``), where jax.jit would sort them.
+        self.keywords = tuple(kwargs)
         self.diff = diff
-        skip = {*diff, *self.static, *self.unread}
+        skip = {*diff, *self.static, *self.unread, *self.constants}
         self.traced = tuple(i for i in range(len(args)) if i not in skip)
+        self._blank = frozenset((*self.unread, *self.constants))
 
     def mismatch(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         """Which argument keeps this call from running the traced function ("" if none):
-        it must split into static and traced arguments as the traced call did, and
-        ``jax.jit`` must pass every traced argument with the values an unjitted JAX
-        transform computes with (checked only for the handles)."""
+        it must split into static, traced and constant arguments as the traced call did
+        (checked only for the handles; the guard compares the constants' values)."""
         if not self.handles:
             return ""
-        if len(args) != self.count or (tuple(sorted(kwargs)) if kwargs else ()) != self.keywords:
+        if len(args) != self.count or (tuple(kwargs) if kwargs else ()) != self.keywords:
             return "the arguments"
         for i in self.traced:
             a = args[i]
-            if type(a) not in _JAX_ARRAYS and not _faithful(a):
+            if type(a) not in _JAX_ARRAYS and not _traceable(a):
                 return f"argument {i}"
         for i in self.static:
             if not _is_static(args[i]):
                 return f"argument {i}"
         names = self.static_names or ()
         for k, v in kwargs.items():
-            if (k in names) != _is_static(v) or (k not in names and not _faithful(v)):
+            if (k in names) != _is_static(v):
+                return f"argument {k!r}"
+            if k not in names and k not in self.constant_names and not _traceable(v):
                 return f"argument {k!r}"
         return ""
 
     def pass_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        if not self.unread:
+        """The positional arguments jax.jit gets: None for unread ones and constants."""
+        blank = self._blank
+        if not blank:
             return args
-        return tuple(None if i in self.unread else a for i, a in enumerate(args))
+        return tuple(None if i in blank else a for i, a in enumerate(args))
+
+    def pass_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The keyword arguments jax.jit gets: None for constants."""
+        names = self.constant_names
+        if not names:
+            return kwargs
+        return {k: None if k in names else v for k, v in kwargs.items()}
+
+    def with_constants(
+        self, fun: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Callable[..., Any]:
+        """``fun`` called as this call called it: its constants in place of the Nones
+        jax.jit passes, and (for a handle) its keywords in the call's order (it runs
+        only inside the build's trace)."""
+        if not self.handles or not (self.constants or self.constant_names or kwargs):
+            return fun
+        consts = {i: args[i] for i in self.constants}
+        const_kw = {k: kwargs[k] for k in self.constant_names}
+        order = self.keywords
+
+        def call(*args_: Any, **kwargs_: Any) -> Any:
+            full = tuple(consts.get(i, v) for i, v in enumerate(args_))
+            given = {**kwargs_, **const_kw}
+            return fun(*full, **{k: given[k] for k in order})
+
+        return call
+
+
+def _static_of(
+    fun: Any, count: int, argnums: tuple[int, ...], argnames: tuple[str, ...]
+) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """``rj.jit``'s static arguments as ``jax.jit`` takes them: each position and name
+    also as the other where the signature has a parameter that is both, and negative
+    positions counted from this call's end."""
+    nums = {i + count if i < 0 else i for i in argnums}
+    names = set(argnames)
+    try:
+        params = list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    both = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    for i, p in enumerate(params):
+        if p.kind is both and (i in nums or p.name in names):
+            nums.add(i)
+            names.add(p.name)
+    return tuple(sorted(nums)), tuple(sorted(names))
 
 
 class JaxCompiler:
@@ -306,7 +381,6 @@ class JaxCompiler:
 
     name = "jax"
     needs_guard = True
-    run_first_sight = False  # a new static value compiles, as with jax.jit
 
     def __init__(self) -> None:
         _convert_without_cache()
@@ -326,7 +400,6 @@ class JaxCompiler:
     def trace(
         self, fn: Any, request: Request, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Traced:
-        op = TRANSFORMS[request.transform]
         code = getattr(fn, "__code__", None) if type(fn) is FunctionType else None
         unread = unread_arguments(code, len(args), tuple(kwargs))[0] if code else frozenset()
         diff = () if request.transform is Transform.JIT else request.argnums
@@ -334,38 +407,69 @@ class JaxCompiler:
         if request.transform is Transform.JIT:
             unread = frozenset()  # jax.jit traces every argument: nothing to drop
         handles = request.transform is not Transform.JIT
-        plan = _Plan(args, kwargs, diff, unread, options, handles)
-        unfaithful = plan.mismatch(args, kwargs)
+        plan = _Plan(fn, args, kwargs, diff, unread, options, handles)
         context = self._context()
-        if unfaithful:
-            why = f"{unfaithful} would reach jax.jit with other values than jax.grad sees"
+        checking = [n for n in _CHECKS if handles and getattr(jax.config, n, False) is True]
+        if checking:
             with context():
-                return Traced(reference(fn, request, args, kwargs), unsupported=why)
-        traced = op(fn, request.argnum) if handles else fn
-        built = [False]
-        holder = [traced]  # emptied after the trace: the variant must not keep fn alive
+                result = reference(fn, request, args, kwargs)
+            return Traced(result, unsupported=f"{checking[0]} is on: unjitted JAX checks each op")
+        try:
+            return self._jit(fn, request, plan, args, kwargs, context)
+        except Exception as exc:
+            if not handles:  # rj.jit rejects what jax.jit rejects
+                raise
+            rejected = exc
+        # jax.jit rejected the code with its traced arguments (a JAX integer as a shape,
+        # a loop bound, an ``if``); unjitted JAX sees their values: make them constants.
+        constant = _Plan(fn, args, kwargs, diff, unread, options, handles, constant=True)
+        if (constant.constants, constant.constant_names) != (
+            plan.constants,
+            plan.constant_names,
+        ):
+            try:
+                return self._jit(fn, request, constant, args, kwargs, context)
+            except Exception as exc:
+                rejected = exc
+        # (The user's error, if unjitted JAX raises too: the caller gets that one.)
+        with context():
+            result = reference(fn, request, args, kwargs)
+        why = f"jax.jit rejects it ({type(rejected).__name__}) where unjitted JAX does not"
+        return Traced(result, unsupported=why)
 
-        def once(*a: Any, **k: Any) -> Any:
+    def _jit(
+        self,
+        fn: Any,
+        request: Request,
+        plan: _Plan,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        context: Callable[[], Any],
+    ) -> Traced:
+        """Trace ``fn`` under ``jax.jit`` split as ``plan`` says (raises what it raises)."""
+        handles = plan.handles
+        traced = TRANSFORMS[request.transform](fn, request.argnum) if handles else fn
+        built = [False]
+        # Emptied after the trace: the variant must not keep fn (or the constants) alive.
+        holder = [plan.with_constants(traced, args, kwargs)]
+
+        # (Parameter names no call's keywords collide with: jax.jit reads the signature.)
+        def once(*_ipyrefresh_args: Any, **_ipyrefresh_kwargs: Any) -> Any:
             if built[0]:
                 raise _Retrace
-            return holder[0](*a, **k)
+            return holder[0](*_ipyrefresh_args, **_ipyrefresh_kwargs)
 
+        options = request.options
         jitted = jax.jit(
             once,
             static_argnums=plan.static,
             static_argnames=plan.static_names,
             donate_argnums=options.get("donate_argnums", ()),
         )
-        passed = plan.pass_args(args)
+        passed, passed_kw = plan.pass_args(args), plan.pass_kwargs(kwargs)
         try:
             with context():
-                jitted.trace(*passed, **kwargs)  # (the user's code runs here, recorded)
-        except NEEDS_CONCRETE as exc:
-            if not handles:  # rj.jit rejects what jax.jit rejects
-                raise
-            why = f"needs concrete values under jax.jit ({type(exc).__name__})"
-            with context():
-                return Traced(reference(fn, request, args, kwargs), unsupported=why)
+                jitted.trace(*passed, **passed_kw)  # (the user's code runs here, recorded)
         finally:
             built[0] = True
             holder.clear()
@@ -375,7 +479,7 @@ class JaxCompiler:
             # cache answers the call; ``once`` refuses to run the function again).
             try:
                 with context():
-                    return jitted(*passed, **kwargs)
+                    return jitted(*passed, **passed_kw)
             except _Retrace:
                 out.unsupported = "jax.jit traced again after the build's trace"
                 with context():
@@ -383,12 +487,14 @@ class JaxCompiler:
 
         def compile_variant(guard: Guard) -> Variant:
             # jax.jit takes any values of the traced arguments itself; it keys static
-            # arguments by hash, which an object changed in place keeps: those stay.
-            static: set[int | str] = {*plan.static, *(plan.static_names or ())}
-            guard.args = [(r, n) for r, n in guard.args if type(r) is ArgReader and r.key in static]
+            # arguments by hash, which an object changed in place keeps: those stay, as do
+            # the constants (compared by value, as a global is).
+            kept: set[int | str] = {*plan.static, *(plan.static_names or ())}
+            kept.update(plan.constants, plan.constant_names)
+            guard.args = [(r, n) for r, n in guard.args if type(r) is ArgReader and r.key in kept]
             guard.add(_config_guard())
             try:
-                _static_pytree_fields(guard, args, kwargs, static)
+                _static_pytree_fields(guard, args, kwargs, kept)
             except Unguardable as exc:
                 return self.fallback(request, guard, str(exc))
             return JaxVariant(jitted, plan, guard, context)
@@ -396,10 +502,17 @@ class JaxCompiler:
         out = Traced(None, compile_variant, detail="jax.jit compiled", finish=finish)
         return out
 
+    def runs_first_sight(self, request: Request) -> bool:
+        """A handle meeting a new value of a static or constant argument runs unjitted JAX
+        for it (a new minibatch at every call must not compile at every call); ``rj.jit``
+        compiles, as ``jax.jit`` does for a new static value."""
+        return request.transform is not Transform.JIT
+
     def fallback(self, request: Request, guard: Guard, why: str) -> Variant:
         op = TRANSFORMS[request.transform]
         argnum = request.argnum
         context = self._context()  # (fresh traces of jitted callees, kept while the guard holds)
+        guard.add(_config_guard())  # (a debugging setting turned off again: build then)
 
         def run(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             with context():

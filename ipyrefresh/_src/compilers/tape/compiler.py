@@ -100,7 +100,6 @@ class TapeCompiler:
 
     name = "tape"
     needs_guard = True
-    run_first_sight = True
 
     def trace(
         self, fn: Any, request: Request, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -130,3 +129,6 @@ class TapeCompiler:
 
     def fallback(self, request: Request, guard: Guard, why: str) -> Variant:
         return PythonVariant(plain(request), guard, why, "plain autograd")
+
+    def runs_first_sight(self, request: Request) -> bool:
+        return True  # (a build costs several runs of plain autograd)
