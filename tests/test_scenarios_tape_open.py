@@ -1,0 +1,281 @@
+"""Known wrong answers of the tape (hunt 14), where ``status()`` calls the entry fresh.
+
+Each case is a small notebook. It is first run with plain ``autograd.grad`` as the handle,
+where every answer must equal a fresh autograd computation (the scenario is valid
+autograd), then again in a cleared namespace with ``%load_ext ipyrefresh`` and ipyrefresh's
+handle, which answers wrongly. They are kept as strict xfails (``raises=WrongAnswer``: an
+error of any other kind fails the test) so that a fix shows up as an XPASS, to be turned
+into a plain test.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+
+import pytest
+
+from .conftest import Shell
+from .scenario_helpers import PRELUDE, assert_same, diff, states
+
+
+class WrongAnswer(AssertionError):
+    """With ipyrefresh loaded, the handle answered differently from autograd."""
+
+
+@dataclass(frozen=True)
+class Ask:
+    """Call the handle (``call``) ``times`` times, each time followed by ``oracle``."""
+
+    call: str
+    oracle: str
+    times: int = 1
+
+
+def notebook(shell: Shell, *steps: str | Ask, handle: str = "df") -> None:
+    """Run ``steps`` (a str is a cell) with plain autograd, then with ipyrefresh; only the
+    second run may raise WrongAnswer (it says what ``status()`` reported before the call)."""
+    for extension in (False, True):
+        if extension:
+            shell.shell.reset(new_session=False)
+            shell.run("%load_ext ipyrefresh")
+        shell.run(PRELUDE)
+        if not extension:
+            shell.run("from autograd import grad")
+        for step in steps:
+            if isinstance(step, str):
+                shell.run(textwrap.dedent(step))
+                continue
+            for k in range(step.times):
+                what = f"call {k + 1} of {step.call}"
+                reported = states(shell, handle) if extension else []
+                got, want = shell.run(f"({step.call}), ({step.oracle})")
+                if not extension:
+                    assert_same(got, want, f"plain autograd, {what}")
+                elif d := diff(got, want):
+                    raise WrongAnswer(f"{what}: status() said {reported}, then: {d}")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=WrongAnswer,
+    reason="open (hunt 14): a local array kept by reference as a constant; the replay is "
+    "generated from its contents after f changed it, not those each use saw",
+)
+def test_local_constant_changed_in_place_between_uses(bare_shell: Shell) -> None:
+    """f makes a constant array, uses it, changes one element, uses it again."""
+    notebook(
+        bare_shell,
+        """
+        def f(x):
+            c = onp.ones(3)
+            a = np.sin(x * c)
+            c[0] = 5.0
+            return np.sum(a) + np.sum(np.sin(x * c))
+        df = grad(f)
+        x = onp.array([0.3, 0.5, 0.7])
+        """,
+        Ask("df(x)", "autograd.grad(f)(x)", 3),
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=WrongAnswer,
+    reason="open (hunt 14): the replay's branch check compares with a local threshold "
+    "array as it is at the end of the run (kept by reference), not at the comparison",
+)
+def test_branch_on_local_threshold_changed_after_the_comparison(bare_shell: Shell) -> None:
+    """f branches on ``sum(x) > t`` for a local array t, then reuses t for other values."""
+    notebook(
+        bare_shell,
+        """
+        def f(x):
+            t = onp.zeros(1)
+            big = np.sum(x) > t
+            t[0] = -5.0
+            if big[0]:
+                return np.sum(x ** 2)
+            return np.sum(np.sin(x))
+        df = grad(f)
+        x = onp.array([0.3, 0.5])
+        """,
+        Ask("df(x)", "autograd.grad(f)(x)", 2),
+        Ask("df(-x)", "autograd.grad(f)(-x)", 2),
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=WrongAnswer,
+    reason="open (hunt 14): index arrays inside a tuple index (W[i, j]) are kept by "
+    "reference, never copied: changed by the caller, the replay indexes with them",
+)
+def test_tuple_index_arguments_changed_in_place(bare_shell: Shell) -> None:
+    """The caller reuses its index buffer, then passes new arrays equal to the first ones."""
+    notebook(
+        bare_shell,
+        """
+        def f(W, i, j):
+            return np.sum(np.sin(W[i, j]) ** 2)
+        df = grad(f)
+        W = onp.arange(12.0).reshape(3, 4) / 10
+        ii = onp.array([0, 1]); jj = onp.array([2, 3])
+        """,
+        Ask("df(W, ii, jj)", "autograd.grad(f)(W, ii, jj)", 2),
+        "ii[0] = 2",
+        Ask(
+            "df(W, onp.array([0, 1]), onp.array([2, 3]))",
+            "autograd.grad(f)(W, onp.array([0, 1]), onp.array([2, 3]))",
+            2,
+        ),
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=WrongAnswer,
+    reason="open (hunt 14): a list argument is kept by reference until the replay is "
+    "generated (2nd call), so the replay uses the values the caller changed it to since",
+)
+def test_list_argument_changed_in_place_before_the_replay_is_generated(bare_shell: Shell) -> None:
+    """The caller changes its list in place after the first call, then passes an equal list."""
+    notebook(
+        bare_shell,
+        """
+        def f(x, L):
+            return np.sum(np.sin(x * L))
+        df = grad(f)
+        x = onp.array([0.3, 0.5])
+        L = [1.0, 2.0]
+        """,
+        Ask("df(x, L)", "autograd.grad(f)(x, L)"),
+        "L[0] = 5.0",
+        Ask("df(x, [1.0, 2.0])", "autograd.grad(f)(x, [1.0, 2.0])", 2),
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=WrongAnswer,
+    reason="open (hunt 14): a global list rebound to an equal list passes the value guard; "
+    "the replay is generated from the old list object, changed in place since",
+)
+def test_global_list_rebound_to_an_equal_list_old_one_changed(bare_shell: Shell) -> None:
+    """f reads a global list; it is rebound to an equal copy and the old list is reused."""
+    notebook(
+        bare_shell,
+        """
+        G = [1.0, 2.0]
+        def f(x):
+            return np.sum(np.sin(x * G))
+        df = grad(f)
+        x = onp.array([0.3, 0.5])
+        """,
+        Ask("df(x)", "autograd.grad(f)(x)"),
+        "old = G; G = [1.0, 2.0]; old[0] = 7.0",
+        Ask("df(x)", "autograd.grad(f)(x)", 2),
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=WrongAnswer,
+    reason="open (hunt 14): a deque (or array.array, tuple of lists) operand is kept by "
+    "reference, never copied, while the guard compares by value",
+)
+def test_global_deque_rebound_to_an_equal_deque_old_one_changed(bare_shell: Shell) -> None:
+    """After the replay is compiled, the global deque f reads is rebound to an equal one and
+    the old one is changed through another reference."""
+    notebook(
+        bare_shell,
+        """
+        import collections
+        DQ = collections.deque([1.0, 2.0])
+        def f(x):
+            return np.sum(np.sin(x * DQ))
+        df = grad(f)
+        x = onp.array([0.3, 0.5])
+        """,
+        Ask("df(x)", "autograd.grad(f)(x)", 2),
+        "old = DQ; DQ = collections.deque([1.0, 2.0]); old[0] = 7.0",
+        Ask("df(x)", "autograd.grad(f)(x)", 2),
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=WrongAnswer,
+    reason="open (hunt 14): the differentiated list is kept by reference and the replay is "
+    "generated from it at the entry's 2nd call, after it grew in place (guard: kind only)",
+)
+def test_parameter_list_grown_in_place_then_reinitialised(bare_shell: Shell) -> None:
+    """The user appends a layer to the parameter list, then re-runs the init cell."""
+    notebook(
+        bare_shell,
+        """
+        def init():
+            return [onp.array([0.3, 0.5]), onp.array([0.6, 1.0])]
+        def loss(p):
+            return np.sum(p[0] * p[1] ** 2)
+        df = grad(loss)
+        params = init()
+        """,
+        Ask("df(params)", "autograd.grad(loss)(params)"),
+        "params.append(onp.array([0.9, 1.5]))",
+        "params = init()",
+        Ask("df(params)", "autograd.grad(loss)(params)", 2),
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=WrongAnswer,
+    reason="open (hunt 14): f changes a global array and restores it before returning; "
+    "the build sees no change and the replay computes with the restored values",
+)
+def test_global_array_perturbed_and_restored_inside_f(bare_shell: Shell) -> None:
+    """f adds to a global parameter, computes with it, and subtracts again."""
+    notebook(
+        bare_shell,
+        """
+        P = onp.array([1.0, 2.0])
+        def f(x):
+            P[0] += 0.5
+            y = np.sum(np.sin(x * P))
+            P[0] -= 0.5
+            return y
+        df = grad(f)
+        x = onp.array([0.3, 0.5])
+        """,
+        Ask("df(x)", "autograd.grad(f)(x)", 3),
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=WrongAnswer,
+    reason="open (hunt 14): a KeyError from a user primitive, caught by f, is taken as fixed "
+    "by the cache key; the except path is replayed where the lookup succeeds",
+)
+def test_primitive_keyerror_caught_as_a_fallback(bare_shell: Shell) -> None:
+    """f looks x up in a table through a primitive, with a fallback outside the table."""
+    notebook(
+        bare_shell,
+        """
+        from autograd.extend import primitive, defvjp
+        TABLE = {0: 1.0, 1: 2.0, 2: 3.0}
+        @primitive
+        def lookup(x):
+            return x * TABLE[int(x * 10)]
+        defvjp(lookup, lambda ans, x: lambda g: g * TABLE[int(x * 10)])
+        def f(x):
+            try:
+                return lookup(x) ** 2
+            except KeyError:
+                return x * 0.5
+        df = grad(f)
+        """,
+        Ask("df(0.5)", "autograd.grad(f)(0.5)", 2),
+        Ask("df(0.15)", "autograd.grad(f)(0.15)", 2),
+    )
