@@ -3,9 +3,9 @@
 Each case is a small notebook. It is first run with plain ``autograd.grad`` as the handle,
 where every answer must equal a fresh autograd computation (the scenario is valid
 autograd), then again in a cleared namespace with ``%load_ext ipyrefresh`` and ipyrefresh's
-handle, which answers wrongly. They are kept as strict xfails (``raises=WrongAnswer``: an
-error of any other kind fails the test) so that a fix shows up as an XPASS, to be turned
-into a plain test.
+handle, which answers wrongly. Open ones are kept as strict xfails (``raises=WrongAnswer``:
+an error of any other kind fails the test) so that a fix shows up as an XPASS; fixed ones
+are plain tests.
 """
 
 from __future__ import annotations
@@ -252,12 +252,6 @@ def test_global_array_perturbed_and_restored_inside_f(bare_shell: Shell) -> None
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=WrongAnswer,
-    reason="open (hunt 14): a KeyError from a user primitive, caught by f, is taken as fixed "
-    "by the cache key; the except path is replayed where the lookup succeeds",
-)
 def test_primitive_keyerror_caught_as_a_fallback(bare_shell: Shell) -> None:
     """f looks x up in a table through a primitive, with a fallback outside the table."""
     notebook(

@@ -23,7 +23,9 @@ from typing import Any
 import autograd
 import numpy as np
 from autograd import builtins as abuiltins
+from autograd.builtins import container_take
 from autograd.core import VJPNode, backward_pass, vspace
+from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.tracer import Box, trace
 from autograd.wrap_util import unary_to_nary
 
@@ -33,6 +35,10 @@ _SKIP_DIRS = tuple(
     os.path.dirname(m.__file__ or "") + os.sep
     for m in (sys.modules["autograd"], np, sys.modules[__name__.rsplit(".", 3)[0]])
 )
+
+
+#: autograd's indexing primitives (of a traced array; of a traced list, tuple or dict).
+_ARRAY_GETITEM: Any = ArrayBox.__getitem__
 
 
 class Unsupported(Exception):
@@ -134,10 +140,12 @@ class Tape:
             self._raised(self.pending.pop())
 
     def _raised(self, call: tuple[Any, Any, Any]) -> None:
-        """A call that raised an error the function caught. The end of an iteration
-        (``IndexError`` past a box's last item) and a missing key depend on what the
-        cache key fixes; any other error may depend on the values (a Cholesky factor, a
-        singular matrix, numpy's error state): a replay of one run cannot stand for
+        """A call that raised an error the function caught. autograd's own indexing of a
+        traced array or container raising ``IndexError`` (the end of an iteration) or
+        ``KeyError`` (a missing key) depends on the shapes and keys the cache key fixes
+        and on an index the guard checks; any other error may depend on the values (a
+        Cholesky factor, a singular matrix, numpy's error state, a user primitive's
+        lookup of a key computed from ``x``): a replay of one run cannot stand for
         another."""
         fun, argvals, kwargs = call
         try:
@@ -145,7 +153,8 @@ class Tape:
                 warnings.simplefilter("ignore")
                 fun.fun(*argvals, **kwargs)
         except (IndexError, KeyError):
-            return
+            if fun is _ARRAY_GETITEM or fun is container_take:
+                return
         except Exception:
             pass
         self.note(f"the function catches an error raised by {_name_of(fun)}")
