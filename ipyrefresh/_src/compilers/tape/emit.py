@@ -18,6 +18,8 @@ The generated function takes ``(args, kwargs)`` and returns the answer, or a
 
 from __future__ import annotations
 
+import array
+import collections
 import copy
 import itertools
 from dataclasses import dataclass, field
@@ -34,6 +36,8 @@ from . import adjoints
 from .record import BoolGuard, Op, OpGuard, Tape, Unsupported
 
 _INLINE = (int, bool, str, type(None))
+#: Mutable containers a replay holds copies of (see ``Emitter._own``).
+_COPIED = frozenset({list, dict, set, collections.deque, array.array})
 _names = itertools.count()
 
 
@@ -317,13 +321,22 @@ class Emitter:
             # The tape owns its lists and dicts, and what it read from arguments: the user
             # may rebind a name (or pass) an equal copy, which the guard accepts, and then
             # change the old object.
-            owned = self.tape.owned.get(id(value))
-            if owned is not None:
-                value = owned
-            elif t in (list, dict, set):
-                value = copy.deepcopy(value)
-            self.ns[name] = value
+            self.ns[name] = self._own(value)
         return name
+
+    def _own(self, value: Any) -> Any:
+        """The tape's own copy of a constant where the user may still change it: what it
+        read from arguments, lists, dicts, sets, deques and ``array.array``s, and these
+        inside a tuple (an index ``(rows, cols)``)."""
+        owned = self.tape.owned.get(id(value))
+        if owned is not None:
+            return owned
+        t = type(value)
+        if t in _COPIED:
+            return copy.deepcopy(value)
+        if t is tuple:
+            return tuple(self._own(v) for v in value)
+        return value
 
     def arg(self, op: Any, pos: int) -> str:
         for p, slot in zip(op.argnums, op.parents, strict=True):
@@ -495,6 +508,9 @@ def generate(tape: Tape, kind: Transform, root: str) -> Compiled:
     """Compile ``tape`` (recorded for ``kind``; a Hessian's tape is a Jacobian's)."""
     if tape.unsupported:
         raise Unsupported(tape.unsupported)
+    changed = tape.changed()  # (between the traced call and this, its first replay)
+    if changed:
+        raise Unsupported(changed)
     if tape.output < 0:
         raise Unsupported("the output does not depend on the input")
     try:

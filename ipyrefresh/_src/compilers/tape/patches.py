@@ -71,6 +71,7 @@ class _NotraceSpy:
             return True
         argnums = tuple(pos for pos, _ in boxed)
         parents = tuple(b._node.slot for _, b in boxed)
+        tape.keep_constants(argvals, kwargs, argnums)
         tape.events.append(
             OpGuard(f, tuple(argvals), dict(kwargs), argnums, parents, value, user_location(2))
         )

@@ -13,10 +13,11 @@ non-differentiable primitives (``OpGuard``) and ``bool()`` of a traced value
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.tracer import Box, trace
 from autograd.wrap_util import unary_to_nary
 
+from ...sightings import Unprintable, fingerprint
 from ..base import Transform
 
 _SKIP_DIRS = tuple(
@@ -98,6 +100,43 @@ class Tape:
     #: Primitive calls on traced values whose result is not recorded yet (primitive,
     #: argument values, keywords): one left behind raised, and the function went on.
     pending: list[tuple[Any, Any, Any]] = field(default_factory=list)
+    #: id -> (object, fingerprint at its first use) of the mutable constants the ops
+    #: took: the tape keeps the objects, so a change after that use (by the function
+    #: itself, or by the caller before the replay is generated) would replay other values.
+    kept: dict[int, tuple[Any, Hashable]] = field(default_factory=dict)
+    #: The differentiated argument's structure (types, lengths, keys, shapes) as traced.
+    root: Hashable = None
+
+    def keep_constants(self, args: Any, kwargs: dict[str, Any], boxed: tuple[int, ...]) -> None:
+        """Fingerprint the mutable constants among a primitive's arguments (once each)."""
+        kept = self.kept
+        for pos, a in enumerate(args):
+            if pos not in boxed and type(a) in _MUTABLE_CONSTANTS and id(a) not in kept:
+                self._keep(a)
+        for a in kwargs.values():
+            if type(a) in _MUTABLE_CONSTANTS and id(a) not in kept:
+                self._keep(a)
+
+    def _keep(self, a: Any) -> None:
+        if type(a) is tuple:  # (itself immutable: an index of arrays and slices)
+            for v in a:
+                if type(v) in _MUTABLE_CONSTANTS and id(v) not in self.kept:
+                    self._keep(v)
+            return
+        with contextlib.suppress(Unprintable):  # (not checked: a list of objects)
+            self.kept[id(a)] = (a, fingerprint(a))
+
+    def changed(self) -> str:
+        """What changed of what the tape kept since it was recorded ("" if nothing)."""
+        for a, printed in self.kept.values():
+            try:
+                if fingerprint(a) != printed:
+                    return f"a {type(a).__name__} its ops used changed after that use"
+            except Unprintable:
+                return f"a {type(a).__name__} its ops used changed after that use"
+        if self.values and structure(self.values[0]) != self.root:
+            return "the differentiated argument changed its structure after the call"
+        return ""
 
     def own_argument_arrays(self, arrays: list[Any]) -> None:
         """Copy, as they are now, the constants that may share memory with ``arrays``:
@@ -113,10 +152,13 @@ class Tape:
                 continue
             boxed = set(e.argnums)
             for pos, a in enumerate(e.args):
-                if pos in boxed or type(a) is not np.ndarray or id(a) in self.owned:
+                if pos in boxed:
                     continue
-                if any(overlaps(a, r) for r in arrays):
-                    self.owned[id(a)] = copy_in_layout(a)
+                for v in a if type(a) is tuple else (a,):  # (an index of arrays)
+                    if type(v) is not np.ndarray or id(v) in self.owned:
+                        continue
+                    if any(overlaps(v, r) for r in arrays):
+                        self.owned[id(v)] = copy_in_layout(v)
 
     def add(self, value: Any) -> int:
         self.values.append(value)
@@ -135,9 +177,14 @@ class Tape:
             self._raised(call)
 
     def finish(self) -> None:
-        """The trace ended: calls that never completed raised errors the function caught."""
+        """The trace ended: calls that never completed raised errors the function caught;
+        a constant changed after an op used it (a buffer refilled, a global changed and
+        restored) leaves the tape one object for several values."""
         while self.pending:
             self._raised(self.pending.pop())
+        changed = self.changed()
+        if changed:
+            self.note("the function changes what it computed with: " + changed)
 
     def _raised(self, call: tuple[Any, Any, Any]) -> None:
         """A call that raised an error the function caught. autograd's own indexing of a
@@ -191,6 +238,23 @@ def copy_in_layout(a: np.ndarray) -> np.ndarray:
 _ALIGN = 64  # (a cache line: the widest alignment a SIMD loop or BLAS kernel looks at)
 
 
+#: Constant arguments that may change in place after an op used them (tuples: when
+#: they hold one of the others, as an index ``(rows, cols)`` does).
+_MUTABLE_CONSTANTS = frozenset({np.ndarray, list, dict, tuple})
+
+
+def structure(value: Any, depth: int = 0) -> Hashable:
+    """Types, lengths, keys, shapes and dtypes of a (nested) value, not its numbers."""
+    t = type(value)
+    if t is np.ndarray:
+        return (t, value.shape, value.dtype.str)
+    if depth < 8 and (t is list or t is tuple):
+        return (t, tuple(structure(v, depth + 1) for v in value))
+    if depth < 8 and t is dict:
+        return (t, tuple((k, structure(v, depth + 1)) for k, v in value.items()))
+    return (t,)
+
+
 def arrays_in(values: Any, depth: int = 0) -> list[Any]:
     found = []
     for v in values:
@@ -225,6 +289,7 @@ class TapeNode(VJPNode):
         tape.completed(fun)
         self.slot = tape.add(value)
         _check_constants(tape, fun, args, kwargs, parent_argnums)
+        tape.keep_constants(args, kwargs, parent_argnums)
         tape.events.append(
             Op(
                 self.slot,
@@ -242,6 +307,7 @@ class TapeNode(VJPNode):
         super().initialize_root()
         self.tape = tape
         self.slot = tape.add(value)
+        tape.root = structure(value)
 
 
 def _check_constants(

@@ -1,19 +1,19 @@
-"""Known wrong answers of the tape (hunt 14), where ``status()`` calls the entry fresh.
+"""What the tape keeps of a run, changed afterwards (hunt 14): each was a wrong answer with
+``status()`` calling the entry fresh.
 
-Each case is a small notebook. It is first run with plain ``autograd.grad`` as the handle,
-where every answer must equal a fresh autograd computation (the scenario is valid
-autograd), then again in a cleared namespace with ``%load_ext ipyrefresh`` and ipyrefresh's
-handle, which answers wrongly. Open ones are kept as strict xfails (``raises=WrongAnswer``:
-an error of any other kind fails the test) so that a fix shows up as an XPASS; fixed ones
-are plain tests.
+The tape keeps the objects its ops computed with, and the differentiated argument, by
+reference; the guard compares values. A change of one of them after its use — by the
+function (a buffer refilled, a global changed and restored), or by the caller before the
+replay is generated or after (an index array, a list, a deque, a global list rebound to
+an equal one) — must not reach the replay. Each case is a small notebook, run first with
+plain ``autograd.grad`` as the handle (the scenario is valid autograd), then in a cleared
+namespace with ``%load_ext ipyrefresh``, every answer against a fresh autograd computation.
 """
 
 from __future__ import annotations
 
 import textwrap
 from dataclasses import dataclass
-
-import pytest
 
 from .conftest import Shell
 from .scenario_helpers import PRELUDE, assert_same, diff, states
@@ -56,12 +56,6 @@ def notebook(shell: Shell, *steps: str | Ask, handle: str = "df") -> None:
                     raise WrongAnswer(f"{what}: status() said {reported}, then: {d}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=WrongAnswer,
-    reason="open (hunt 14): a local array kept by reference as a constant; the replay is "
-    "generated from its contents after f changed it, not those each use saw",
-)
 def test_local_constant_changed_in_place_between_uses(bare_shell: Shell) -> None:
     """f makes a constant array, uses it, changes one element, uses it again."""
     notebook(
@@ -79,12 +73,6 @@ def test_local_constant_changed_in_place_between_uses(bare_shell: Shell) -> None
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=WrongAnswer,
-    reason="open (hunt 14): the replay's branch check compares with a local threshold "
-    "array as it is at the end of the run (kept by reference), not at the comparison",
-)
 def test_branch_on_local_threshold_changed_after_the_comparison(bare_shell: Shell) -> None:
     """f branches on ``sum(x) > t`` for a local array t, then reuses t for other values."""
     notebook(
@@ -105,12 +93,6 @@ def test_branch_on_local_threshold_changed_after_the_comparison(bare_shell: Shel
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=WrongAnswer,
-    reason="open (hunt 14): index arrays inside a tuple index (W[i, j]) are kept by "
-    "reference, never copied: changed by the caller, the replay indexes with them",
-)
 def test_tuple_index_arguments_changed_in_place(bare_shell: Shell) -> None:
     """The caller reuses its index buffer, then passes new arrays equal to the first ones."""
     notebook(
@@ -132,12 +114,6 @@ def test_tuple_index_arguments_changed_in_place(bare_shell: Shell) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=WrongAnswer,
-    reason="open (hunt 14): a list argument is kept by reference until the replay is "
-    "generated (2nd call), so the replay uses the values the caller changed it to since",
-)
 def test_list_argument_changed_in_place_before_the_replay_is_generated(bare_shell: Shell) -> None:
     """The caller changes its list in place after the first call, then passes an equal list."""
     notebook(
@@ -155,12 +131,6 @@ def test_list_argument_changed_in_place_before_the_replay_is_generated(bare_shel
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=WrongAnswer,
-    reason="open (hunt 14): a global list rebound to an equal list passes the value guard; "
-    "the replay is generated from the old list object, changed in place since",
-)
 def test_global_list_rebound_to_an_equal_list_old_one_changed(bare_shell: Shell) -> None:
     """f reads a global list; it is rebound to an equal copy and the old list is reused."""
     notebook(
@@ -178,12 +148,6 @@ def test_global_list_rebound_to_an_equal_list_old_one_changed(bare_shell: Shell)
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=WrongAnswer,
-    reason="open (hunt 14): a deque (or array.array, tuple of lists) operand is kept by "
-    "reference, never copied, while the guard compares by value",
-)
 def test_global_deque_rebound_to_an_equal_deque_old_one_changed(bare_shell: Shell) -> None:
     """After the replay is compiled, the global deque f reads is rebound to an equal one and
     the old one is changed through another reference."""
@@ -203,12 +167,6 @@ def test_global_deque_rebound_to_an_equal_deque_old_one_changed(bare_shell: Shel
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=WrongAnswer,
-    reason="open (hunt 14): the differentiated list is kept by reference and the replay is "
-    "generated from it at the entry's 2nd call, after it grew in place (guard: kind only)",
-)
 def test_parameter_list_grown_in_place_then_reinitialised(bare_shell: Shell) -> None:
     """The user appends a layer to the parameter list, then re-runs the init cell."""
     notebook(
@@ -228,12 +186,6 @@ def test_parameter_list_grown_in_place_then_reinitialised(bare_shell: Shell) -> 
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=WrongAnswer,
-    reason="open (hunt 14): f changes a global array and restores it before returning; "
-    "the build sees no change and the replay computes with the restored values",
-)
 def test_global_array_perturbed_and_restored_inside_f(bare_shell: Shell) -> None:
     """f adds to a global parameter, computes with it, and subtracts again."""
     notebook(
