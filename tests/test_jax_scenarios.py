@@ -1920,17 +1920,38 @@ def test_rj_jit_static_arguments_by_position_or_name(jp: Shell) -> None:
 def test_debug_nans_turned_on_makes_handles_check_as_jax_grad_does(
     jp: Shell, keep_x64: None
 ) -> None:
+    """With jax_debug_nans on, a handle raises at the nan of the forward pass, as a fresh
+    jax.grad does (the next test checks that in a fresh process: in this one, plain
+    jax.grad may answer from executables JAX kept from earlier tests, unchecked)."""
     jp.run("def q(x): return jnp.sum(jnp.log(x))\ndq = rj.grad(q)")
     check(jp, "dq(x)", "jax.grad(q)(x)")  # a nan in the forward pass, a finite gradient
     try:
         jp.run("jax.config.update('jax_debug_nans', True)")
         for handle in ("dq", "rj.grad(q)"):
-            assert type(jp.run_error("jax.grad(q)(x)")) is FloatingPointError
-            assert type(jp.run_error(f"{handle}(x)")) is FloatingPointError
+            assert type(jp.run_error(f"{handle}(x)")) is FloatingPointError, handle
     finally:
         jax.config.update("jax_debug_nans", False)
     check(jp, "dq(x)", "jax.grad(q)(x)")
     assert [e["runs"][0] for e in status_of(jp, "dq")] == ["jax.jit"]
+
+
+def test_debug_nans_in_a_fresh_process_raises_from_the_handle_too() -> None:
+    """In a fresh process (no executable JAX kept from before), jax.grad raises at the nan
+    of the forward pass once jax_debug_nans is on: the handle, built before, must too."""
+    script = (
+        "import os\nos.environ.setdefault('JAX_PLATFORMS', 'cpu')\n"
+        "import jax, jax.numpy as jnp, ipyrefresh.jax as rj\n"
+        "x = jnp.array([0.3, -1.2, 2.0])\n"
+        "def q(v):\n    return jnp.sum(jnp.log(v))\n"
+        "dq = rj.grad(q)\nassert (dq(x) == jax.grad(q)(x)).all()\n"
+        "jax.config.update('jax_debug_nans', True)\n"
+        "for f in (jax.grad(q), dq, rj.grad(q)):\n"
+        "    try:\n        f(x)\n    except FloatingPointError:\n        print('raised')\n"
+        "    else:\n        print('answered')\n"
+    )
+    out = run_script(script)
+    said = [line for line in out.splitlines() if line in ("raised", "answered")]
+    assert said == ["raised"] * 3, out  # (JAX prints its own notice too)
 
 
 def test_a_donated_global_is_gone_for_the_handle_too(jp: Shell) -> None:
@@ -1956,6 +1977,15 @@ def test_print_under_redirect_stdout_happens_at_every_call(jp: Shell) -> None:
     check(jp, "g", "jax.grad(f)(x)")
 
 
+def run_script(script: str) -> str:
+    """Run ``script`` in a fresh Python (a plain script, no IPython); its output."""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=240, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
 def test_print_in_a_plain_script_happens_at_every_call() -> None:
     """Outside IPython (handles work the same): the user's print, called by JAX's tracing,
     is the user's effect, not JAX's machinery."""
@@ -1968,9 +1998,5 @@ def test_print_in_a_plain_script_happens_at_every_call() -> None:
         "for k in range(3):\n    g = df(x)\n    print('handle done', flush=True)\n"
         "    assert (g == jax.grad(f)(x)).all()\n    print('oracle done', flush=True)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=240, check=False
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = [line for line in done.stdout.splitlines() if line]
+    lines = [line for line in run_script(script).splitlines() if line]
     assert lines == ["called f", "handle done", "called f", "oracle done"] * 3, lines
