@@ -15,6 +15,8 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass
 
+import pytest
+
 from .conftest import Shell
 from .scenario_helpers import PRELUDE, assert_same, diff, states
 
@@ -224,4 +226,125 @@ def test_primitive_keyerror_caught_as_a_fallback(bare_shell: Shell) -> None:
         """,
         Ask("df(0.5)", "autograd.grad(f)(0.5)", 2),
         Ask("df(0.15)", "autograd.grad(f)(0.15)", 2),
+    )
+
+
+# -- hunt 15: what the first checks left out ----------------------------------------------
+
+#: A local constant of another kind, changed between two uses (each: its type, made).
+LOCAL_KINDS = {
+    "deque": "collections.deque([1.0, 1.0])",
+    "array.array": "array.array('d', [1.0, 1.0])",
+    "list of 300": "[1.0] * 300",
+    "ndarray subclass": "onp.ones(2).view(Sub)",
+}
+
+
+@pytest.mark.parametrize("kind", list(LOCAL_KINDS))
+def test_local_constants_of_every_kind_changed_between_uses(bare_shell: Shell, kind: str) -> None:
+    size = 300 if kind == "list of 300" else 2
+    notebook(
+        bare_shell,
+        f"""
+        import array, collections
+        class Sub(onp.ndarray):  # (its results plain arrays, as autograd needs)
+            __array_priority__ = -10
+            def __array_wrap__(self, arr, context=None, return_scalar=False):
+                return arr[()] if return_scalar else onp.asarray(arr)
+        def f(x):
+            c = {LOCAL_KINDS[kind]}
+            a = np.sin(x * c)
+            c[0] = 5.0
+            return np.sum(a) + np.sum(np.sin(x * c))
+        df = grad(f)
+        x = onp.linspace(0.3, 0.5, {size})
+        """,
+        Ask("df(x)", "autograd.grad(f)(x)", 3),
+    )
+
+
+def test_object_a_user_primitive_reads_changed_between_uses(bare_shell: Shell) -> None:
+    notebook(
+        bare_shell,
+        """
+        from autograd.extend import primitive, defvjp
+        class Cfg:
+            def __init__(self, k): self.k = k
+        @primitive
+        def scale(x, cfg): return x * cfg.k
+        defvjp(scale, lambda ans, x, cfg: lambda g: g * cfg.k)
+        def f(x):
+            c = Cfg(1.0)
+            a = np.sin(scale(x, c))
+            c.k = 5.0
+            return np.sum(a) + np.sum(np.sin(scale(x, c)))
+        df = grad(f)
+        x = onp.array([0.3, 0.5])
+        """,
+        Ask("df(x)", "autograd.grad(f)(x)", 3),
+    )
+
+
+def test_user_primitive_changing_its_workspace_in_place(bare_shell: Shell) -> None:
+    """A warm-start buffer the primitive updates: a fresh one at every call of f."""
+    notebook(
+        bare_shell,
+        """
+        from autograd.extend import primitive, defvjp
+        @primitive
+        def acc(x, buf):
+            buf += 1.0
+            return x * buf
+        defvjp(acc, lambda ans, x, buf: lambda g: g * buf)
+        def f(x):
+            return np.sum(np.sin(acc(x, onp.ones(2))))
+        df = grad(f)
+        x = onp.array([0.3, 0.5])
+        """,
+        Ask("df(x)", "autograd.grad(f)(x)", 4),
+    )
+
+
+@pytest.mark.parametrize(
+    "made, change",
+    [
+        ("collections.deque([1.0, 2.0])", "a[0] = 7.0"),
+        ("array.array('d', [1.0, 2.0])", "a[0] = 7.0"),
+        ("[[[[[1.0, 2.0]]]]]", "a[0][0][0][0][0] = 7.0"),
+    ],
+)
+def test_arguments_of_every_kind_changed_before_the_replay(
+    bare_shell: Shell, made: str, change: str
+) -> None:
+    """The caller changes its argument after the first call, then passes an equal new one."""
+    notebook(
+        bare_shell,
+        f"""
+        import array, collections
+        def g(x, a):
+            return np.sum(np.sin(x * a))
+        df = grad(g)
+        x = onp.array([0.3, 0.5])
+        a = {made}
+        """,
+        Ask("df(x, a)", "autograd.grad(g)(x, a)"),
+        change,
+        Ask(f"df(x, {made})", f"autograd.grad(g)(x, {made})", 3),
+    )
+
+
+def test_array_over_a_buffer_global_rebound_to_an_equal_copy(bare_shell: Shell) -> None:
+    notebook(
+        bare_shell,
+        """
+        import struct
+        BUF = bytearray(onp.array([1.0, 2.0]).tobytes())
+        def f(x):
+            return np.sum(np.sin(x * onp.frombuffer(BUF, dtype=onp.float64)))
+        df = grad(f)
+        x = onp.array([0.3, 0.5])
+        """,
+        Ask("df(x)", "autograd.grad(f)(x)", 2),
+        "old = BUF; BUF = bytearray(old); old[0:8] = struct.pack('d', 7.0)",
+        Ask("df(x)", "autograd.grad(f)(x)", 3),
     )

@@ -33,9 +33,21 @@ from ...code import GENERATED_FILE
 from ...nodes import SCALAR_TYPES, same_scalar
 from ..base import Miss, Transform
 from . import adjoints
-from .record import BoolGuard, Op, OpGuard, Tape, Unsupported
+from .record import BoolGuard, Op, OpGuard, Tape, Unsupported, copy_in_layout
 
 _INLINE = (int, bool, str, type(None))
+
+
+def _foreign(a: np.ndarray) -> bool:
+    """An array over memory no array owns (``np.frombuffer`` of a ``bytearray``): the guard
+    compares that buffer by value, so the caller may rebind it to an equal copy and
+    change the old one."""
+    base = a.base
+    while isinstance(base, np.ndarray):
+        a, base = base, base.base
+    return base is not None
+
+
 #: Mutable containers a replay holds copies of (see ``Emitter._own``).
 _COPIED = frozenset({list, dict, set, collections.deque, array.array})
 _names = itertools.count()
@@ -334,6 +346,8 @@ class Emitter:
         t = type(value)
         if t in _COPIED:
             return copy.deepcopy(value)
+        if t is np.ndarray and _foreign(value):
+            return copy_in_layout(value)
         if t is tuple:
             return tuple(self._own(v) for v in value)
         return value

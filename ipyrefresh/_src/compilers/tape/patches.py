@@ -56,6 +56,7 @@ class _NotraceSpy:
         except (KeyError, IndexError, AttributeError, TypeError):
             _State.broken = "cannot read autograd's primitive call (unknown autograd version)"
             return True
+        tape.keep_constants(argvals, kwargs, tuple(pos for pos, _ in boxed))
         if f not in notrace_primitives[VJPNode]:
             tape.pending.append((f, argvals, kwargs))  # its TapeNode takes it off, unless
             return False  # the call raises
@@ -71,7 +72,6 @@ class _NotraceSpy:
             return True
         argnums = tuple(pos for pos, _ in boxed)
         parents = tuple(b._node.slot for _, b in boxed)
-        tape.keep_constants(argvals, kwargs, argnums)
         tape.events.append(
             OpGuard(f, tuple(argvals), dict(kwargs), argnums, parents, value, user_location(2))
         )

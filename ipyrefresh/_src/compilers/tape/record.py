@@ -13,9 +13,12 @@ non-differentiable primitives (``OpGuard``) and ``bool()`` of a traced value
 
 from __future__ import annotations
 
+import array
+import collections
 import contextlib
 import os
 import sys
+import types
 import warnings
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -30,7 +33,8 @@ from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.tracer import Box, trace
 from autograd.wrap_util import unary_to_nary
 
-from ...sightings import Unprintable, fingerprint
+from ...digest import array_digest
+from ...sightings import Unprintable
 from ..base import Transform
 
 _SKIP_DIRS = tuple(
@@ -108,29 +112,30 @@ class Tape:
     root: Hashable = None
 
     def keep_constants(self, args: Any, kwargs: dict[str, Any], boxed: tuple[int, ...]) -> None:
-        """Fingerprint the mutable constants among a primitive's arguments (once each)."""
-        kept = self.kept
+        """Fingerprint the mutable constants among a primitive's arguments (once each),
+        before the primitive runs (a user primitive may change its workspace in place)."""
         for pos, a in enumerate(args):
-            if pos not in boxed and type(a) in _MUTABLE_CONSTANTS and id(a) not in kept:
+            if pos not in boxed:
                 self._keep(a)
         for a in kwargs.values():
-            if type(a) in _MUTABLE_CONSTANTS and id(a) not in kept:
-                self._keep(a)
+            self._keep(a)
 
     def _keep(self, a: Any) -> None:
-        if type(a) is tuple:  # (itself immutable: an index of arrays and slices)
+        t = type(a)
+        if t is tuple:  # (itself immutable: an index of arrays and slices)
             for v in a:
-                if type(v) in _MUTABLE_CONSTANTS and id(v) not in self.kept:
-                    self._keep(v)
+                self._keep(v)
             return
-        with contextlib.suppress(Unprintable):  # (not checked: a list of objects)
-            self.kept[id(a)] = (a, fingerprint(a))
+        mutable = t in _MUTABLE_CONSTANTS or isinstance(a, np.ndarray)
+        if (mutable or _attributes(a) is not None) and id(a) not in self.kept:
+            with contextlib.suppress(Unprintable):  # (not checked: a list of objects)
+                self.kept[id(a)] = (a, contents(a))
 
     def changed(self) -> str:
         """What changed of what the tape kept since it was recorded ("" if nothing)."""
         for a, printed in self.kept.values():
             try:
-                if fingerprint(a) != printed:
+                if contents(a) != printed:
                     return f"a {type(a).__name__} its ops used changed after that use"
             except Unprintable:
                 return f"a {type(a).__name__} its ops used changed after that use"
@@ -238,9 +243,55 @@ def copy_in_layout(a: np.ndarray) -> np.ndarray:
 _ALIGN = 64  # (a cache line: the widest alignment a SIMD loop or BLAS kernel looks at)
 
 
-#: Constant arguments that may change in place after an op used them (tuples: when
-#: they hold one of the others, as an index ``(rows, cols)`` does).
-_MUTABLE_CONSTANTS = frozenset({np.ndarray, list, dict, tuple})
+#: Constant arguments that may change in place after an op used them (and arrays of
+#: any class; tuples are looked into: an index ``(rows, cols)``).
+_MUTABLE_CONSTANTS = frozenset({list, dict, collections.deque, array.array, bytearray})
+_SCALARS = frozenset({int, bool, str, bytes, type(None)})
+
+
+def contents(value: Any, depth: int = 0) -> Hashable:
+    """What a constant holds, to compare later: arrays (of any class) by class, dtype,
+    shape and bytes; lists, tuples, deques and dicts item by item, at any length; buffers
+    by bytes. :class:`Unprintable` for what has no such print (an object with state)."""
+    t = type(value)
+    if isinstance(value, np.ndarray):
+        if value.dtype.hasobject:
+            raise Unprintable
+        return (t, value.shape, value.dtype.str, array_digest(np.asarray(value)))
+    if t in _SCALARS:
+        return (t, value)
+    if t is float:
+        return (t, value.hex())
+    if t is complex:
+        return (t, value.real.hex(), value.imag.hex())
+    if isinstance(value, np.generic) and not value.dtype.hasobject:
+        return (t, value.tobytes())
+    if depth < 16 and (t is list or t is tuple or t is collections.deque):
+        return (t, tuple(contents(v, depth + 1) for v in value))
+    if depth < 16 and t is dict:
+        return (t, tuple((k, contents(v, depth + 1)) for k, v in value.items()))
+    if t is array.array:
+        return (t, value.typecode, value.tobytes())
+    if t is bytearray:
+        return (t, bytes(value))
+    attrs = _attributes(value)
+    if attrs is not None and depth < 16:  # (an object a user primitive reads: a config)
+        return (t, contents(attrs, depth + 1))
+    raise Unprintable
+
+
+def _attributes(value: Any) -> dict[str, Any] | None:
+    """A plain object's instance dict (not a function's, class's or module's), or None."""
+    if isinstance(value, _NOT_OBJECTS):
+        return None
+    try:
+        attrs = object.__getattribute__(value, "__dict__")
+    except Exception:
+        return None
+    return attrs if type(attrs) is dict else None
+
+
+_NOT_OBJECTS = (type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType, np.ufunc)
 
 
 def structure(value: Any, depth: int = 0) -> Hashable:
@@ -289,7 +340,6 @@ class TapeNode(VJPNode):
         tape.completed(fun)
         self.slot = tape.add(value)
         _check_constants(tape, fun, args, kwargs, parent_argnums)
-        tape.keep_constants(args, kwargs, parent_argnums)
         tape.events.append(
             Op(
                 self.slot,
