@@ -1873,6 +1873,30 @@ ARGUMENTS = {
         "df(x, onp.argmin(losses))",
         "jax.grad(f)(x, onp.argmin(losses))",
     ),
+    "a dict in its own key order": (
+        "w = jnp.array([0.5, -1.0])\nD = {'b': jnp.array(1.0), 'a': jnp.array(2.0)}\n"
+        "def f(w, layers):\n    acc = 0.0\n    for v in layers.values():\n"
+        "        acc = acc * 3.0 + v\n    return jnp.sum(w * acc)",
+        "df(w, D)",
+        "jax.grad(f)(w, D)",
+    ),
+    "a pytree class that flattens part of itself": (
+        "w = jnp.array([0.5, -1.0])\n"
+        "@jax.tree_util.register_pytree_node_class\nclass P:\n"
+        "    def __init__(self, X, scale=1.0): self.X = X; self.scale = scale\n"
+        "    def tree_flatten(self): return (self.X,), None\n"
+        "    @classmethod\n    def tree_unflatten(cls, aux, ch): return cls(*ch)\n"
+        "P1 = P(jnp.ones(2), 3.0)\n"
+        "def f(w, p):\n    return jnp.sum(w * p.X) * p.scale",
+        "df(w, P1)",
+        "jax.grad(f)(w, P1)",
+    ),
+    "float32 numpy argument changed after its use": (
+        "w = jnp.array([0.5, -1.0])\nX = onp.ones(2, dtype=onp.float32)\n"
+        "def f(w, X):\n    y = jnp.sum(w * jnp.asarray(X))\n    X += 1.0\n    return y",
+        "df(w, X.copy())",
+        "jax.grad(f)(w, X.copy())",
+    ),
     "a parameter named a": (
         "def f(x, a=1.0):\n    return jnp.sum(jnp.sin(x) * a)",
         "df(x, a=jnp.float32(2.0))",
@@ -1917,9 +1941,7 @@ def test_rj_jit_static_arguments_by_position_or_name(jp: Shell) -> None:
     check(jp, "J3(x, cfg)", "scaled(x, cfg)")
 
 
-def test_debug_nans_turned_on_makes_handles_check_as_jax_grad_does(
-    jp: Shell, keep_x64: None
-) -> None:
+def test_debug_nans_turned_on_makes_handles_check_as_jax_grad_does(jp: Shell) -> None:
     """With jax_debug_nans on, a handle raises at the nan of the forward pass, as a fresh
     jax.grad does (the next test checks that in a fresh process: in this one, plain
     jax.grad may answer from executables JAX kept from earlier tests, unchecked)."""
@@ -1933,25 +1955,6 @@ def test_debug_nans_turned_on_makes_handles_check_as_jax_grad_does(
         jax.config.update("jax_debug_nans", False)
     check(jp, "dq(x)", "jax.grad(q)(x)")
     assert [e["runs"][0] for e in status_of(jp, "dq")] == ["jax.jit"]
-
-
-def test_debug_nans_in_a_fresh_process_raises_from_the_handle_too() -> None:
-    """In a fresh process (no executable JAX kept from before), jax.grad raises at the nan
-    of the forward pass once jax_debug_nans is on: the handle, built before, must too."""
-    script = (
-        "import os\nos.environ.setdefault('JAX_PLATFORMS', 'cpu')\n"
-        "import jax, jax.numpy as jnp, ipyrefresh.jax as rj\n"
-        "x = jnp.array([0.3, -1.2, 2.0])\n"
-        "def q(v):\n    return jnp.sum(jnp.log(v))\n"
-        "dq = rj.grad(q)\nassert (dq(x) == jax.grad(q)(x)).all()\n"
-        "jax.config.update('jax_debug_nans', True)\n"
-        "for f in (jax.grad(q), dq, rj.grad(q)):\n"
-        "    try:\n        f(x)\n    except FloatingPointError:\n        print('raised')\n"
-        "    else:\n        print('answered')\n"
-    )
-    out = run_script(script)
-    said = [line for line in out.splitlines() if line in ("raised", "answered")]
-    assert said == ["raised"] * 3, out  # (JAX prints its own notice too)
 
 
 def test_a_donated_global_is_gone_for_the_handle_too(jp: Shell) -> None:
@@ -2000,3 +2003,79 @@ def test_print_in_a_plain_script_happens_at_every_call() -> None:
     )
     lines = [line for line in run_script(script).splitlines() if line]
     assert lines == ["called f", "handle done", "called f", "oracle done"] * 3, lines
+
+
+#: The function changes an argument or a global (each: cells, the handle's call on one
+#: twin object, the oracle's on the other, and what the change must have done after k calls).
+CHANGES = {
+    "appends to a list argument": (
+        "A, B = [], []\ndef f(w, log):\n    log.append(1.0)\n    return jnp.sum(w) * len(log)",
+        "df(w, A)",
+        "jax.grad(f)(w, B)",
+        "len(A)",
+    ),
+    "updates a dict of JAX state": (
+        "A, B = {'n': jnp.array(0.0)}, {'n': jnp.array(0.0)}\n"
+        "def f(w, state):\n    state['n'] = state['n'] + 1.0\n    return jnp.sum(w * state['n'])",
+        "df(w, A)",
+        "jax.grad(f)(w, B)",
+        "int(A['n'])",
+    ),
+    "updates a dataclass pytree": (
+        "@functools.partial(jax.tree_util.register_dataclass, data_fields=['X'], meta_fields=[])\n"
+        "@dataclasses.dataclass\nclass St:\n    X: jax.Array\n"
+        "A, B = St(jnp.zeros(2)), St(jnp.zeros(2))\n"
+        "def f(w, st):\n    st.X = st.X + 1.0\n    return jnp.sum(w * st.X)",
+        "df(w, A)",
+        "jax.grad(f)(w, B)",
+        "int(A.X[0])",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CHANGES))
+def test_changes_the_function_makes_to_its_arguments_happen_at_every_call(
+    jp: Shell, case: str
+) -> None:
+    """jax.jit would hand the function copies (and a leaked tracer would stay in a
+    dataclass); unjitted JAX changes the caller's object once per call."""
+    cells, call, oracle, count = CHANGES[case]
+    jp.run("import dataclasses\nw = jnp.array([0.5, -1.0])\n" + cells + "\ndf = rj.grad(f)")
+    for k in range(1, 4):
+        got, want = jp.run(call), jp.run(oracle)
+        assert not differ(got, want), (case, k, got, want)
+        assert jp.run(count) == k, (case, k)
+
+
+def test_a_global_changed_after_its_use_inside_the_function(jp: Shell) -> None:
+    """The compiled answer must use the values the function computed with, not those
+    the global has once the trace is lowered."""
+    jp.run("G = onp.ones(2, dtype=onp.float32)\nw = jnp.array([0.5, -1.0])")
+    jp.run("def f(w):\n    y = jnp.sum(w * jnp.asarray(G))\n    G[0] += 1.0\n    return y")
+    jp.run("df = rj.grad(f)")
+    for _ in range(3):
+        jp.run("G[:] = 1.0")
+        got = jp.run("df(w)")
+        assert jp.run("float(G[0])") == 2.0
+        jp.run("G[:] = 1.0")
+        want = jp.run("jax.grad(f)(w)")
+        assert not identical(got, want), (got, want)
+
+
+def test_debug_nans_in_a_fresh_process_raises_from_the_handle_too() -> None:
+    """In a fresh process (no executable JAX kept from before), jax.grad raises at the nan
+    of the forward pass once jax_debug_nans is on: the handle, built before, must too."""
+    script = (
+        "import os\nos.environ.setdefault('JAX_PLATFORMS', 'cpu')\n"
+        "import jax, jax.numpy as jnp, ipyrefresh.jax as rj\n"
+        "x = jnp.array([0.3, -1.2, 2.0])\n"
+        "def q(v):\n    return jnp.sum(jnp.log(v))\n"
+        "dq = rj.grad(q)\nassert (dq(x) == jax.grad(q)(x)).all()\n"
+        "jax.config.update('jax_debug_nans', True)\n"
+        "for f in (jax.grad(q), dq, rj.grad(q)):\n"
+        "    try:\n        f(x)\n    except FloatingPointError:\n        print('raised')\n"
+        "    else:\n        print('answered')\n"
+    )
+    out = run_script(script)
+    said = [line for line in out.splitlines() if line in ("raised", "answered")]
+    assert said == ["raised"] * 3, out  # (JAX prints its own notice too)

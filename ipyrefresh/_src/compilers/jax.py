@@ -8,19 +8,21 @@ and data the trace read, which XLA baked into the executable), and dropped with 
 entry when that guard fails, so only affected entries are traced and compiled again.
 
 A derivative handle must answer what an unjitted JAX transform answers, and that sees
-its non-differentiated arguments as they are. So only JAX arrays (and pytrees of them)
-are traced: inside the trace they behave as they do unjitted, short of giving concrete
-values. Python scalars (``int``, ``float``, ``str``...) are *static* (a float traced as
-float32 would lose precision the oracle keeps). numpy arrays and scalars, and anything
-else, are *constants* of the trace, checked by value by the guard like a global: code
+its non-differentiated arguments as they are. So only JAX arrays (in tuples, lists and
+dicts with sorted keys: what jax.jit rebuilds as it was) are traced: inside the trace they
+behave as they do unjitted, short of giving concrete values. Python scalars (``int``,
+``float``, ``str``...) are *static* (a float traced as float32 would lose precision the
+oracle keeps). numpy arrays and scalars, alone or in such containers, are *constants* of
+the trace, given to it as copies and checked by value by the guard like a global: code
 may treat them as numpy (``X.sort()`` in place, ``isinstance(n, np.integer)``, numpy's
-integer sums), which a tracer would silently not do. Arguments the function never reads
-are not passed into the trace at all (an optimizer's iteration counter does not
-recompile). Code that ``jax.jit`` rejects for traced arguments (a JAX integer used as a
-shape or a loop bound) is traced again with every argument a constant; code that needs
-concrete values even so, and functions with effects, run the unjitted transform:
-correct, slower, and reported. (``rj.jit`` traces as ``jax.jit`` does: that is what it
-must agree with.)
+integer sums), which a tracer would silently not do. Other objects run the unjitted
+transform (the trace could leave tracers in them), as does code that changes its
+arguments in place. Arguments the function never reads are not passed into the trace at
+all (an optimizer's iteration counter does not recompile). Code that ``jax.jit`` rejects
+for traced arguments (a JAX integer used as a shape or a loop bound) is traced again with
+every argument a constant; code that needs concrete values even so, and functions with
+effects, run the unjitted transform: correct, slower, and reported. (``rj.jit`` traces
+as ``jax.jit`` does: that is what it must agree with.)
 
 This module imports jax; it is imported only when the "jax" compiler is first used.
 """
@@ -30,6 +32,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import threading
 from collections.abc import Callable
 from types import FunctionType
 from typing import Any
@@ -40,6 +43,7 @@ import numpy as np
 from jax._src.array import ArrayImpl as _ArrayImpl
 
 from ..code import unread_arguments
+from ..digest import array_digest
 from ..guard import Guard
 from ..keys import Transform
 from ..nodes import MISSING, Scalar, is_key
@@ -100,6 +104,16 @@ def _is_static(x: Any) -> bool:
     return (t is tuple) and all(map(_is_static, x))
 
 
+class _Building(threading.local):
+    """Whether this thread is tracing a build (numpy values then enter JAX as copies: a
+    compiled function reads its constants when it is lowered, after the trace)."""
+
+    active = False
+
+
+_BUILDING = _Building()
+
+
 def _convert_without_cache() -> None:
     """Make JAX convert numpy arrays afresh each time, as it does in a fresh process.
 
@@ -123,6 +137,8 @@ def _convert_without_cache() -> None:
     canonical_dtype = dtypes.canonicalize_dtype
 
     def convert(x: np.ndarray) -> Any:
+        if _BUILDING.active:  # a copy: the function may change x after this use
+            return typed(np.array(x, canonical_dtype(x.dtype), copy=True))
         return typed(np.asarray(x, canonical_dtype(x.dtype)))
 
     register(np.ndarray, convert)
@@ -231,15 +247,70 @@ class JaxVariant:
 _JAX_ARRAYS = frozenset({_ArrayImpl})
 
 
-def _traceable(x: Any) -> bool:
+def _traceable(x: Any, depth: int = 0) -> bool:
     """Whether unjitted JAX code sees ``x`` as jax.jit's trace does, short of concrete
-    values: JAX arrays and pytrees of them. (numpy values stay numpy objects to unjitted
-    code, and Python numbers inside containers become float32 at jit's boundary.)"""
+    values: JAX arrays, in tuples, lists, None and dicts whose keys are in sorted order
+    (jax.jit rebuilds a dict with sorted keys, and other pytree classes from their
+    flattened fields only). numpy values stay numpy objects to unjitted code, and
+    Python numbers inside containers become float32 at jit's boundary."""
     if isinstance(x, jax.Array):  # (the common cases, on every call: no tree walk)
         return True
-    if type(x) in (tuple, list) and all(type(v) in _JAX_ARRAYS for v in x):
+    t = type(x)
+    if t is tuple or t is list:
+        return depth < 32 and all(_traceable(v, depth + 1) for v in x)
+    if t is dict:
+        keys = list(x)
+        try:
+            ordered = keys == sorted(keys)
+        except TypeError:
+            return False
+        return ordered and depth < 32 and all(_traceable(v, depth + 1) for v in x.values())
+    return x is None
+
+
+def _layout(tree: Any) -> tuple[Any, list[Any]]:
+    """A pytree's structure, the identities of its leaves and the contents of its numpy
+    leaves: what the function's own changes to its arguments (``log.append``,
+    ``state['n'] = ...``, ``X.sort()``) alter."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    return treedef, [
+        (id(v), array_digest(np.asarray(v)))
+        if isinstance(v, np.ndarray) and not v.dtype.hasobject
+        else id(v)
+        for v in leaves
+    ]
+
+
+def _copyable(x: Any, depth: int = 0) -> bool:
+    """A constant the trace can take as a copy of its containers: numpy and JAX arrays,
+    numbers, strings, None, in tuples, lists and dicts (numpy cannot hold a tracer)."""
+    t = type(x)
+    if isinstance(x, (np.ndarray, np.generic, jax.Array)) or t in _STATIC_TYPES:
         return True
-    return all(isinstance(leaf, jax.Array) for leaf in jax.tree_util.tree_leaves(x))
+    if t is tuple or t is list:
+        return depth < 32 and all(_copyable(v, depth + 1) for v in x)
+    if t is dict:
+        return depth < 32 and all(_copyable(v, depth + 1) for v in x.values())
+    return False
+
+
+def _copied(x: Any) -> Any:
+    """``x`` with its tuples, lists, dicts and numpy arrays copied (see :func:`_copyable`):
+    what the function changes in them is seen (:func:`_layout`), and done to the caller's
+    objects by the unjitted run that answers instead."""
+    t = type(x)
+    if t is tuple or t is list:
+        return t(_copied(v) for v in x)
+    if t is dict:
+        return {k: _copied(v) for k, v in x.items()}
+    if isinstance(x, np.ndarray):
+        return np.array(x, copy=True, subok=True)
+    return x
+
+
+class _Mutated(Exception):
+    """The function changed a traced argument: jax.jit gave it a copy, unjitted JAX
+    gives it the caller's object. It runs unjitted JAX."""
 
 
 class _Plan:
@@ -291,6 +362,12 @@ class _Plan:
         self.static_names = names
         self.constants = tuple(i for i in consts if i not in self.unread)
         self.constant_names = const_names
+        #: An argument that is no constant it can copy (an object, a pytree class): the
+        #: function could store traced values in it. The call runs unjitted JAX.
+        self.unfaithful = next(
+            (f"argument {i}" for i in self.constants if not _copyable(args[i])),
+            next((f"argument {k!r}" for k in const_names if not _copyable(kwargs[k])), ""),
+        )
         # The order the call gave its keywords in: a handle's function sees them in that
         # order (``**kw``), where jax.jit would sort them.
         self.keywords = tuple(kwargs)
@@ -342,16 +419,22 @@ class _Plan:
         """``fun`` called as this call called it: its constants in place of the Nones
         jax.jit passes, and (for a handle) its keywords in the call's order (it runs
         only inside the build's trace)."""
-        if not self.handles or not (self.constants or self.constant_names or kwargs):
+        if not self.handles:
             return fun
-        consts = {i: args[i] for i in self.constants}
-        const_kw = {k: kwargs[k] for k in self.constant_names}
+        # The constants' containers are copies: what the function stores in them (a traced
+        # value) stays in the trace, and is seen, not left in the caller's objects.
+        consts = {i: _copied(args[i]) for i in self.constants}
+        const_kw = {k: _copied(kwargs[k]) for k in self.constant_names}
         order = self.keywords
 
         def call(*args_: Any, **kwargs_: Any) -> Any:
             full = tuple(consts.get(i, v) for i, v in enumerate(args_))
             given = {**kwargs_, **const_kw}
-            return fun(*full, **{k: given[k] for k in order})
+            before = _layout((args_, kwargs_, consts, const_kw))
+            out = fun(*full, **{k: given[k] for k in order})
+            if _layout((args_, kwargs_, consts, const_kw)) != before:
+                raise _Mutated
+            return out
 
         return call
 
@@ -409,13 +492,22 @@ class JaxCompiler:
         handles = request.transform is not Transform.JIT
         plan = _Plan(fn, args, kwargs, diff, unread, options, handles)
         context = self._context()
+        if plan.unfaithful:
+            with context():
+                result = reference(fn, request, args, kwargs)
+            why = f"{plan.unfaithful} is an object the function could store traced values in"
+            return Traced(result, unsupported=why)
         checking = [n for n in _CHECKS if handles and getattr(jax.config, n, False) is True]
         if checking:
             with context():
                 result = reference(fn, request, args, kwargs)
             return Traced(result, unsupported=f"{checking[0]} is on: unjitted JAX checks each op")
+        retry = True
+        rejected: Exception
         try:
             return self._jit(fn, request, plan, args, kwargs, context)
+        except _Mutated as exc:  # (it changed jit's copies: the caller's objects are as
+            rejected, retry = exc, False  # they were, for the unjitted run below)
         except Exception as exc:
             if not handles:  # rj.jit rejects what jax.jit rejects
                 raise
@@ -423,9 +515,11 @@ class JaxCompiler:
         # jax.jit rejected the code with its traced arguments (a JAX integer as a shape,
         # a loop bound, an ``if``); unjitted JAX sees their values: make them constants.
         constant = _Plan(fn, args, kwargs, diff, unread, options, handles, constant=True)
-        if (constant.constants, constant.constant_names) != (
-            plan.constants,
-            plan.constant_names,
+        if (
+            retry
+            and not constant.unfaithful
+            and (constant.constants, constant.constant_names)
+            != (plan.constants, plan.constant_names)
         ):
             try:
                 return self._jit(fn, request, constant, args, kwargs, context)
@@ -434,7 +528,10 @@ class JaxCompiler:
         # (The user's error, if unjitted JAX raises too: the caller gets that one.)
         with context():
             result = reference(fn, request, args, kwargs)
-        why = f"jax.jit rejects it ({type(rejected).__name__}) where unjitted JAX does not"
+        if isinstance(rejected, _Mutated):
+            why = "it changes its traced arguments in place (jax.jit would pass it copies)"
+        else:
+            why = f"jax.jit rejects it ({type(rejected).__name__}) where unjitted JAX does not"
         return Traced(result, unsupported=why)
 
     def _jit(
@@ -467,10 +564,12 @@ class JaxCompiler:
             donate_argnums=options.get("donate_argnums", ()),
         )
         passed, passed_kw = plan.pass_args(args), plan.pass_kwargs(kwargs)
+        was, _BUILDING.active = _BUILDING.active, True
         try:
             with context():
                 jitted.trace(*passed, **passed_kw)  # (the user's code runs here, recorded)
         finally:
+            _BUILDING.active = was
             built[0] = True
             holder.clear()
 
