@@ -122,6 +122,8 @@ class Tape:
 
     def _keep(self, a: Any) -> None:
         t = type(a)
+        if t in _SCALARS or t is float:  # (most constants: no attributes to look up)
+            return
         if t is tuple:  # (itself immutable: an index of arrays and slices)
             for v in a:
                 self._keep(v)
@@ -135,9 +137,10 @@ class Tape:
         """What changed of what the tape kept since it was recorded ("" if nothing)."""
         for a, printed in self.kept.values():
             try:
-                if contents(a) != printed:
-                    return f"a {type(a).__name__} its ops used changed after that use"
-            except Unprintable:
+                same = contents(a) == printed
+            except Unprintable:  # (a list that now holds an object)
+                same = False
+            if not same:
                 return f"a {type(a).__name__} its ops used changed after that use"
         if self.values and structure(self.values[0]) != self.root:
             return "the differentiated argument changed its structure after the call"
