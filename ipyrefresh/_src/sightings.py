@@ -16,48 +16,10 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
-import numpy as np
-import xxhash
-
-from .digest import array_digest
+from .prints import ARGUMENTS, Unprintable, print_of
 
 #: Fingerprints remembered per entry (the oldest go first).
 REMEMBERED = 64
-
-_SCALARS = (int, bool, type(None))
-_LONG = 64  # strings and bytes longer than this are hashed
-
-
-class Unprintable(Exception):
-    """A value without a cheap fingerprint: the entry traces it, as for a repeat."""
-
-
-def fingerprint(value: Any, depth: int = 0) -> Hashable:
-    """A hashable summary equal for equal values (arrays by dtype, shape and bytes)."""
-    t = type(value)
-    if t is float:
-        return ("float", value.hex())  # tells 0.0 from -0.0, and every nan alike
-    if t in _SCALARS:
-        return (t.__name__, value)
-    if t is complex:
-        return ("complex", value.real.hex(), value.imag.hex())
-    if t is str or t is bytes:
-        if len(value) <= _LONG:
-            return (t.__name__, value)
-        data = value.encode("utf-8", "surrogatepass") if t is str else value
-        return (t.__name__, len(value), xxhash.xxh3_64_intdigest(data))
-    if t is np.ndarray and not value.dtype.hasobject:
-        return ("array", value.shape, value.dtype.str, array_digest(value))
-    if isinstance(value, np.generic) and t.__module__ == "numpy" and not value.dtype.hasobject:
-        return ("scalar", value.dtype.str, value.tobytes())
-    if (t is tuple or t is list) and depth < 4 and len(value) <= 256:
-        return (t.__name__, *(fingerprint(v, depth + 1) for v in value))
-    if t is dict and depth < 4 and len(value) <= 256:
-        items = [(k, fingerprint(v, depth + 1)) for k, v in value.items() if type(k) is str]
-        if len(items) != len(value):
-            raise Unprintable
-        return ("dict", *items)
-    raise Unprintable
 
 
 class Sightings:
@@ -75,7 +37,7 @@ class Sightings:
         False for a repeat, or for values without a fingerprint (they are traced)."""
         try:
             found = tuple(
-                (k, fingerprint(_argument(k, args, kwargs)))
+                (k, print_of(_argument(k, args, kwargs), ARGUMENTS))
                 for k in sorted(keys, key=lambda k: (type(k) is str, str(k)))
             )
         except Unprintable:

@@ -18,7 +18,6 @@ import collections
 import contextlib
 import os
 import sys
-import types
 import warnings
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -33,8 +32,7 @@ from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.tracer import Box, trace
 from autograd.wrap_util import unary_to_nary
 
-from ...digest import array_digest
-from ...sightings import Unprintable
+from ...prints import CONSTANTS, Unprintable, attributes, print_of
 from ..base import Transform
 
 _SKIP_DIRS = tuple(
@@ -129,15 +127,15 @@ class Tape:
                 self._keep(v)
             return
         mutable = t in _MUTABLE_CONSTANTS or isinstance(a, np.ndarray)
-        if (mutable or _attributes(a) is not None) and id(a) not in self.kept:
+        if (mutable or attributes(a) is not None) and id(a) not in self.kept:
             with contextlib.suppress(Unprintable):  # (not checked: a list of objects)
-                self.kept[id(a)] = (a, contents(a))
+                self.kept[id(a)] = (a, print_of(a, CONSTANTS))
 
     def changed(self) -> str:
         """What changed of what the tape kept since it was recorded ("" if nothing)."""
         for a, printed in self.kept.values():
             try:
-                same = contents(a) == printed
+                same = print_of(a, CONSTANTS) == printed
             except Unprintable:  # (a list that now holds an object)
                 same = False
             if not same:
@@ -250,51 +248,6 @@ _ALIGN = 64  # (a cache line: the widest alignment a SIMD loop or BLAS kernel lo
 #: any class; tuples are looked into: an index ``(rows, cols)``).
 _MUTABLE_CONSTANTS = frozenset({list, dict, collections.deque, array.array, bytearray})
 _SCALARS = frozenset({int, bool, str, bytes, type(None)})
-
-
-def contents(value: Any, depth: int = 0) -> Hashable:
-    """What a constant holds, to compare later: arrays (of any class) by class, dtype,
-    shape and bytes; lists, tuples, deques and dicts item by item, at any length; buffers
-    by bytes. :class:`Unprintable` for what has no such print (an object with state)."""
-    t = type(value)
-    if isinstance(value, np.ndarray):
-        if value.dtype.hasobject:
-            raise Unprintable
-        return (t, value.shape, value.dtype.str, array_digest(np.asarray(value)))
-    if t in _SCALARS:
-        return (t, value)
-    if t is float:
-        return (t, value.hex())
-    if t is complex:
-        return (t, value.real.hex(), value.imag.hex())
-    if isinstance(value, np.generic) and not value.dtype.hasobject:
-        return (t, value.tobytes())
-    if depth < 16 and (t is list or t is tuple or t is collections.deque):
-        return (t, tuple(contents(v, depth + 1) for v in value))
-    if depth < 16 and t is dict:
-        return (t, tuple((k, contents(v, depth + 1)) for k, v in value.items()))
-    if t is array.array:
-        return (t, value.typecode, value.tobytes())
-    if t is bytearray:
-        return (t, bytes(value))
-    attrs = _attributes(value)
-    if attrs is not None and depth < 16:  # (an object a user primitive reads: a config)
-        return (t, contents(attrs, depth + 1))
-    raise Unprintable
-
-
-def _attributes(value: Any) -> dict[str, Any] | None:
-    """A plain object's instance dict (not a function's, class's or module's), or None."""
-    if isinstance(value, _NOT_OBJECTS):
-        return None
-    try:
-        attrs = object.__getattribute__(value, "__dict__")
-    except Exception:
-        return None
-    return attrs if type(attrs) is dict else None
-
-
-_NOT_OBJECTS = (type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType, np.ufunc)
 
 
 def structure(value: Any, depth: int = 0) -> Hashable:

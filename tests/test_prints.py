@@ -1,0 +1,108 @@
+"""The printer behind argument sightings and the tape's kept constants: equal values print
+alike, any change a later comparison must see prints differently, and each reach refuses
+what it cannot print rather than printing it partly."""
+
+from __future__ import annotations
+
+import array
+import collections
+import types
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ipyrefresh._src.prints import ARGUMENTS, CONSTANTS, Reach, Unprintable, print_of
+
+
+class Config:
+    def __init__(self) -> None:
+        self.scale = 2.0
+        self.table = [1, 2, 3]
+
+
+def _values() -> list[tuple[Any, Any]]:
+    """Pairs (value, an equal-looking value with one difference)."""
+    base = np.arange(6.0)
+    return [
+        (0.0, -0.0),
+        (1, True),
+        (1.5, 1.5 + 2**-50),
+        (complex(1, 0.0), complex(1, -0.0)),
+        ("a" * 100, "a" * 99 + "b"),
+        (b"x" * 100, b"x" * 99 + b"y"),
+        (np.arange(4.0), np.nextafter(np.arange(4.0), 9.0)),
+        (np.arange(4.0), np.arange(4.0).astype(np.float32)),
+        (np.arange(4.0), np.arange(4.0).reshape(2, 2)),
+        (base[::2], base[1::2]),
+        (np.float64(1.0), np.float32(1.0)),
+        ([1.0, [2.0, 3.0]], [1.0, [2.0, 3.5]]),
+        ((1, 2), [1, 2]),
+        ({"a": 1.0, "b": 2.0}, {"b": 2.0, "a": 1.0}),
+        ({"w": np.ones(3)}, {"w": np.r_[1.0, 1.0, 2.0]}),
+    ]
+
+
+@pytest.mark.parametrize("reach", [ARGUMENTS, CONSTANTS], ids=["arguments", "constants"])
+@pytest.mark.parametrize("pair", _values(), ids=lambda p: type(p[0]).__name__)
+def test_a_difference_changes_the_print_and_an_equal_copy_does_not(
+    reach: Reach, pair: tuple[Any, Any]
+) -> None:
+    a, b = pair
+    assert print_of(a, reach) != print_of(b, reach)
+    copied = a.copy() if hasattr(a, "copy") else a
+    assert print_of(copied, reach) == print_of(a, reach)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        collections.deque([1.0, 2.0]),
+        array.array("d", [1.0, 2.0]),
+        bytearray(b"ab"),
+        np.ma.masked_array([1.0, 2.0]),
+        {1: 2.0},
+        Config(),
+        list(range(300)),
+        [[[[[1.0]]]]],
+    ],
+    ids=lambda v: type(v).__name__,
+)
+def test_only_the_wide_reach_prints_these(value: Any) -> None:
+    with pytest.raises(Unprintable):
+        print_of(value, ARGUMENTS)
+    print_of(value, CONSTANTS)
+
+
+def test_the_wide_reach_sees_changes_inside_objects_and_buffers() -> None:
+    cfg = Config()
+    before = print_of(cfg, CONSTANTS)
+    cfg.table.append(4)
+    assert print_of(cfg, CONSTANTS) != before
+    buf = array.array("i", [1, 2])
+    before = print_of(buf, CONSTANTS)
+    buf[0] = 7
+    assert print_of(buf, CONSTANTS) != before
+    # The same bytes with another typecode are another value.
+    assert print_of(array.array("h", [1, 0, 2, 0]), CONSTANTS) != print_of(
+        array.array("i", [1, 2]), CONSTANTS
+    )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [np.array([object()]), [object()], types.SimpleNamespace, print, np.sin, [1.0, object()]],
+    ids=lambda v: type(v).__name__,
+)
+def test_what_has_no_print_is_refused_by_both(value: Any) -> None:
+    for reach in (ARGUMENTS, CONSTANTS):
+        with pytest.raises(Unprintable):
+            print_of(value, reach)
+
+
+def test_depth_limits_refuse_rather_than_truncate() -> None:
+    deep: Any = 1.0
+    for _ in range(20):
+        deep = [deep]
+    with pytest.raises(Unprintable):
+        print_of(deep, CONSTANTS)
