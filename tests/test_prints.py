@@ -106,3 +106,46 @@ def test_depth_limits_refuse_rather_than_truncate() -> None:
         deep = [deep]
     with pytest.raises(Unprintable):
         print_of(deep, CONSTANTS)
+
+
+class Loud(dict):
+    """A dict subclass whose own iteration must not run while it is printed."""
+
+    def items(self) -> Any:
+        raise AssertionError("the printer called an overridden items()")
+
+    def __iter__(self) -> Any:
+        raise AssertionError("the printer called an overridden __iter__()")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: collections.OrderedDict(w=np.ones(2)),
+        lambda: collections.defaultdict(float, w=np.ones(2)),
+        lambda: Loud(w=np.ones(2)),
+    ],
+    ids=["OrderedDict", "defaultdict", "dict subclass"],
+)
+def test_the_wide_reach_prints_a_dict_subclass_by_its_items(make: Any) -> None:
+    d = make()
+    before = print_of(d, CONSTANTS)
+    dict.__setitem__(d, "w", np.full(2, 5.0))
+    assert print_of(d, CONSTANTS) != before
+    with pytest.raises(Unprintable):
+        print_of(d, ARGUMENTS)
+
+
+def test_the_wide_reach_prints_list_and_tuple_subclasses_by_their_items() -> None:
+    class Row(list[float]):
+        pass
+
+    pair = collections.namedtuple("pair", "w v")
+    row, nt = Row([1.0, 2.0]), pair([1.0], 2.0)
+    before = (print_of(row, CONSTANTS), print_of(nt, CONSTANTS))
+    row[0] = 5.0
+    nt.w[0] = 5.0
+    assert print_of(row, CONSTANTS) != before[0]
+    assert print_of(nt, CONSTANTS) != before[1]
+    row.label = "x"  # (an attribute of the instance is part of its print)
+    assert print_of(row, CONSTANTS) != print_of(Row([5.0, 2.0]), CONSTANTS)

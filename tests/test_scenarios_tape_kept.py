@@ -348,3 +348,75 @@ def test_array_over_a_buffer_global_rebound_to_an_equal_copy(bare_shell: Shell) 
         "old = BUF; BUF = bytearray(old); old[0:8] = struct.pack('d', 7.0)",
         Ask("df(x)", "autograd.grad(f)(x)", 3),
     )
+
+
+# -- container subclasses (an OrderedDict, a namedtuple, a user's dict class) --------------
+
+#: Setup shared by the subclass cases: a user primitive that reads a container's item, and
+#: the subclasses (each: how to make one holding ``w``, how to change ``w`` in place).
+SUBCLASS_SETUP = """
+import collections
+from autograd.extend import primitive, defvjp
+@primitive
+def scale(x, box):
+    return x * box[0] if isinstance(box, (list, tuple)) else x * box['w']
+def item(box):
+    return box[0] if isinstance(box, (list, tuple)) else box['w']
+defvjp(scale, lambda ans, x, box: lambda g: g * item(box))
+class Bag(dict):
+    pass
+class Row(list):
+    pass
+Pair = collections.namedtuple('Pair', 'w v')
+"""
+SUBCLASSES = {
+    "OrderedDict": ("collections.OrderedDict(w=onp.ones(2))", "c['w'] = onp.full(2, 5.0)"),
+    "defaultdict": ("collections.defaultdict(float, w=onp.ones(2))", "c['w'] = onp.full(2, 5.0)"),
+    "dict subclass": ("Bag(w=onp.ones(2))", "c['w'] = onp.full(2, 5.0)"),
+    "list subclass": ("Row([onp.ones(2)])", "c[0] = onp.full(2, 5.0)"),
+    "namedtuple of a list": ("Pair([1.0, 1.0], 0)", "c.w[0] = 5.0"),
+}
+
+
+@pytest.mark.parametrize("kind", list(SUBCLASSES))
+def test_local_container_subclass_changed_after_its_use(bare_shell: Shell, kind: str) -> None:
+    """The primitive's forward value comes from the first state, the replay must not see
+    the second: ``sum(y * y)`` makes the gradient depend on the forward value."""
+    made, change = SUBCLASSES[kind]
+    notebook(
+        bare_shell,
+        SUBCLASS_SETUP,
+        f"""
+        def f(x):
+            c = {made}
+            y = scale(x, c)
+            {change}
+            return np.sum(y * y)
+        df = grad(f)
+        x = onp.array([0.3, 0.5])
+        """,
+        Ask("df(x)", "autograd.grad(f)(x)", 4),
+    )
+
+
+@pytest.mark.parametrize("kind", ["OrderedDict", "dict subclass", "list subclass"])
+def test_global_container_subclass_rebound_to_an_equal_one_old_one_changed(
+    bare_shell: Shell, kind: str
+) -> None:
+    """After the replay is compiled, the global is rebound to an equal container and the
+    old one is changed through another name: the replay must not hold the old one."""
+    made, change = SUBCLASSES[kind]
+    notebook(
+        bare_shell,
+        SUBCLASS_SETUP,
+        f"""
+        C = {made}
+        def f(x):
+            return np.sum(scale(x, C) ** 2)
+        df = grad(f)
+        x = onp.array([0.3, 0.5])
+        """,
+        Ask("df(x)", "autograd.grad(f)(x)", 2),
+        f"c = C; C = {made}; {change}",
+        Ask("df(x)", "autograd.grad(f)(x)", 2),
+    )

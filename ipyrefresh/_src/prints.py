@@ -88,6 +88,9 @@ def print_of(value: Any, reach: Reach, depth: int = 0) -> Hashable:
             raise Unprintable
         return (t, tuple((k, print_of(v, reach, depth + 1)) for k, v in value.items()))
     if reach.wide:
+        if isinstance(value, _CONTAINERS):  # (a subclass: OrderedDict, a namedtuple, a user's)
+            items = print_of(_plain(value), reach, depth + 1)
+            return (t, items, _attributes_print(value, reach, depth))
         if t is array.array:
             return (t, value.typecode, value.tobytes())
         if t is bytearray:
@@ -96,6 +99,27 @@ def print_of(value: Any, reach: Reach, depth: int = 0) -> Hashable:
         if attrs is not None:
             return (t, print_of(attrs, reach, depth + 1))
     raise Unprintable
+
+
+#: Containers whose subclasses the wide reach prints by their items (read through the base
+#: class, so that no overridden ``__iter__`` or ``items`` runs) and their attributes.
+_CONTAINERS = (list, tuple, dict, collections.deque)
+
+
+def _plain(value: Any) -> Any:
+    """The items of a container subclass, as the builtin container they are."""
+    if isinstance(value, dict):
+        return dict(dict.items(value))
+    if isinstance(value, list):
+        return list(list.__iter__(value))
+    if isinstance(value, tuple):
+        return tuple(tuple.__iter__(value))
+    return list(collections.deque.__iter__(value))
+
+
+def _attributes_print(value: Any, reach: Reach, depth: int) -> Hashable:
+    attrs = attributes(value)
+    return None if attrs is None else print_of(attrs, reach, depth + 1)
 
 
 def _check_length(value: Any, reach: Reach) -> None:

@@ -49,7 +49,7 @@ def _foreign(a: np.ndarray) -> bool:
 
 
 #: Mutable containers a replay holds copies of (see ``Emitter._own``).
-_COPIED = frozenset({list, dict, set, collections.deque, array.array})
+_COPIED = (list, dict, set, collections.deque, array.array)
 _names = itertools.count()
 
 
@@ -344,12 +344,18 @@ class Emitter:
         if owned is not None:
             return owned
         t = type(value)
-        if t in _COPIED:
-            return copy.deepcopy(value)
-        if t is np.ndarray and _foreign(value):
-            return copy_in_layout(value)
         if t is tuple:
             return tuple(self._own(v) for v in value)
+        if isinstance(value, _COPIED):  # (subclasses too: an OrderedDict, a user's dict)
+            try:
+                return copy.deepcopy(value)
+            except Exception as exc:
+                raise Unsupported(
+                    f"a {t.__name__} its ops used cannot be copied ({type(exc).__name__}), "
+                    "and the caller may still change it"
+                ) from exc
+        if t is np.ndarray and _foreign(value):
+            return copy_in_layout(value)
         return value
 
     def arg(self, op: Any, pos: int) -> str:

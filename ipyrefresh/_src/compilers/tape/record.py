@@ -122,11 +122,11 @@ class Tape:
         t = type(a)
         if t in _SCALARS or t is float:  # (most constants: no attributes to look up)
             return
-        if t is tuple:  # (itself immutable: an index of arrays and slices)
-            for v in a:
+        if isinstance(a, tuple):  # (itself immutable: an index of arrays and slices)
+            for v in tuple.__iter__(a):
                 self._keep(v)
             return
-        mutable = t in _MUTABLE_CONSTANTS or isinstance(a, np.ndarray)
+        mutable = isinstance(a, _MUTABLE_CONSTANTS)
         if (mutable or attributes(a) is not None) and id(a) not in self.kept:
             with contextlib.suppress(Unprintable):  # (not checked: a list of objects)
                 self.kept[id(a)] = (a, print_of(a, CONSTANTS))
@@ -244,9 +244,9 @@ def copy_in_layout(a: np.ndarray) -> np.ndarray:
 _ALIGN = 64  # (a cache line: the widest alignment a SIMD loop or BLAS kernel looks at)
 
 
-#: Constant arguments that may change in place after an op used them (and arrays of
-#: any class; tuples are looked into: an index ``(rows, cols)``).
-_MUTABLE_CONSTANTS = frozenset({list, dict, collections.deque, array.array, bytearray})
+#: Constant arguments that may change in place after an op used them, subclasses included
+#: (an OrderedDict, a user's dict class); tuples are looked into: an index ``(rows, cols)``.
+_MUTABLE_CONSTANTS = (list, dict, collections.deque, array.array, bytearray, np.ndarray)
 _SCALARS = frozenset({int, bool, str, bytes, type(None)})
 
 
