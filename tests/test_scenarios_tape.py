@@ -937,3 +937,40 @@ want = fit(np.arange(5.0), autograd.grad)
     )
     assert_same(nb.ns["mine"], nb.ns["want"], "the answers")
     assert nb.ns["builds"] == 2  # the first call, and the first after the change in place
+
+
+# -- dict keys equal but not alike (hunt 16) -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        ("{1: a, 'b': b}", "{True: a, 'b': b}"),
+        ("{1.0: a}", "{1: a}"),
+        ("{onp.int64(1): a}", "{1: a}"),
+        ("{k: a for k in onp.arange(1)}", "{0: a}"),
+        ("{0.0: a}", "{-0.0: a}"),
+        ("{(1, 2): a}", "{(True, 2): a}"),
+    ],
+)
+def test_differentiated_dict_keys_equal_but_not_alike(nb: Shell, first: str, second: str) -> None:
+    """``1``, ``True``, ``1.0`` and ``np.int64(1)`` (or ``0.0`` and ``-0.0``) are equal
+    dict keys: a replay recorded for one answered the other, with status() fresh, though
+    code may branch on the key and autograd's gradient is keyed by the caller's key."""
+    nb.run(
+        """
+def f(p):
+    total = 0.0
+    for k, v in p.items():
+        sign = onp.copysign(1.0, k) if isinstance(k, float) else 1.0
+        total = total + np.sum(v ** 2) * len(repr(k)) * sign * (2.0 if type(k) is int else 3.0)
+    return total
+df = grad(f)
+a = onp.array([0.1, 0.2]); b = onp.array([0.3, 0.4])
+"""
+    )
+    for call in [first] * 3 + [second] * 3 + [first]:
+        got, want = nb.run(f"df({call}), autograd.grad(f)({call})")
+        assert_same(got, want, call)
+        assert [type(k) for k in got] == [type(k) for k in want], call
+        assert [repr(k) for k in got] == [repr(k) for k in want], call
