@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import array
 import collections
+import copy
 import types
 from typing import Any
 
 import numpy as np
 import pytest
 
-from ipyrefresh._src.prints import ARGUMENTS, CONSTANTS, Reach, Unprintable, print_of
+from ipyrefresh._src.prints import ARGUMENTS, CONSTANTS, Reach, Unprintable, key_print, print_of
 
 
 class Config:
@@ -149,3 +150,13 @@ def test_the_wide_reach_prints_list_and_tuple_subclasses_by_their_items() -> Non
     assert print_of(nt, CONSTANTS) != before[1]
     row.label = "x"  # (an attribute of the instance is part of its print)
     assert print_of(row, CONSTANTS) != print_of(Row([5.0, 2.0]), CONSTANTS)
+
+
+@pytest.mark.parametrize(
+    "a, b", [(1, True), (1, 1.0), (1, np.int64(1)), (0.0, -0.0), ((1, 2), (True, 2))]
+)
+def test_dict_keys_equal_but_not_alike_print_differently(a: Any, b: Any) -> None:
+    assert a == b
+    assert key_print(a) != key_print(b)
+    assert print_of({a: 1.0}, CONSTANTS) != print_of({b: 1.0}, CONSTANTS)
+    assert key_print(a) == key_print(copy.copy(a))

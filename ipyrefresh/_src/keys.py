@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from .prints import key_print
+
 Signature = Hashable
 Argnum = int | tuple[int, ...]
 
@@ -71,30 +73,13 @@ def arg_signature(x: Any, jax_backend: bool = False) -> Hashable:
     if t is tuple or t is list:
         return (t.__name__, *(arg_signature(v, jax_backend) for v in x))
     if t is dict:
-        return ("dict", *((_dict_key(k), arg_signature(v, jax_backend)) for k, v in x.items()))
+        return ("dict", *((key_print(k), arg_signature(v, jax_backend)) for k, v in x.items()))
     if issubclass(t, np.ndarray):
         return (t.__name__, x.shape, x.dtype.str)
     # Anything else by its type's name; its identity would pin it in memory. Read
     # through type's own descriptors: a metaclass's __getattribute__ must not run.
     names = (type.__dict__["__module__"].__get__(t), type.__dict__["__qualname__"].__get__(t))
     return ("object", *(n if type(n) is str else "?" for n in names))
-
-
-def _dict_key(k: Any) -> Hashable:
-    """A dict key as the signature holds it: with its type, and floats by their bits. Keys
-    that are equal but not alike (``1``, ``True``, ``1.0``, ``np.int64(1)``; ``0.0`` and
-    ``-0.0``) are different inputs: code may branch on them, and a gradient dict is keyed
-    by the caller's own key objects."""
-    t = type(k)
-    if t is float:
-        return (t, k.hex())
-    if t is complex:
-        return (t, k.real.hex(), k.imag.hex())
-    if t is tuple:
-        return (t, *(_dict_key(v) for v in k))
-    if isinstance(k, np.generic):
-        return (t, k.tobytes())
-    return (t, k)
 
 
 def call_signature(

@@ -86,7 +86,7 @@ def print_of(value: Any, reach: Reach, depth: int = 0) -> Hashable:
         _check_length(value, reach)
         if not reach.wide and any(type(k) is not str for k in value):
             raise Unprintable
-        return (t, tuple((k, print_of(v, reach, depth + 1)) for k, v in value.items()))
+        return (t, tuple((key_print(k), print_of(v, reach, depth + 1)) for k, v in value.items()))
     if reach.wide:
         if isinstance(value, _CONTAINERS):  # (a subclass: OrderedDict, a namedtuple, a user's)
             items = print_of(_plain(value), reach, depth + 1)
@@ -99,6 +99,22 @@ def print_of(value: Any, reach: Reach, depth: int = 0) -> Hashable:
         if attrs is not None:
             return (t, print_of(attrs, reach, depth + 1))
     raise Unprintable
+
+
+def key_print(k: Any) -> Hashable:
+    """A dict key with its type, floats by their bits: keys that are equal but not alike
+    (``1``, ``True``, ``1.0``, ``np.int64(1)``; ``0.0`` and ``-0.0``) are different inputs
+    (code may branch on them, and a gradient dict is keyed by the caller's key objects)."""
+    t = type(k)
+    if t is float:
+        return (t, k.hex())
+    if t is complex:
+        return (t, k.real.hex(), k.imag.hex())
+    if t is tuple:
+        return (t, *(key_print(v) for v in k))
+    if isinstance(k, np.generic):
+        return (t, k.tobytes())
+    return (t, k)
 
 
 #: Containers whose subclasses the wide reach prints by their items (read through the base
