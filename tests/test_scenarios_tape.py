@@ -974,3 +974,39 @@ a = onp.array([0.1, 0.2]); b = onp.array([0.3, 0.4])
         assert_same(got, want, call)
         assert [type(k) for k in got] == [type(k) for k in want], call
         assert [repr(k) for k in got] == [repr(k) for k in want], call
+
+
+@pytest.mark.parametrize("tr", ["grad", "hessian", "value_and_grad", "jacobian"])
+def test_a_print_mid_run_then_branches_and_caught_errors(nb: Shell, capsys: Any, tr: str) -> None:
+    """The tape stops recording at a run's first effect (the build runs plain autograd for
+    it): what follows — a branch on a traced value, a comparison, indexing that raises and
+    is caught, a user primitive — must still compute autograd's answer, print for print."""
+    nb.run(
+        """
+from autograd.extend import primitive, defvjp
+@primitive
+def cube(v):
+    return v ** 3
+defvjp(cube, lambda ans, v: lambda g: 3 * g * v ** 2)
+def f(x):
+    y = np.sin(x) * 2.0
+    print('half way')
+    if np.sum(y) > 0:
+        y = cube(y) + np.where(x > 0.5, x, -x)
+    try:
+        y = y + x[10]
+    except IndexError:
+        y = y * 1.5
+    return np.sum(y ** 2) if y.ndim else y
+x = onp.array([0.2, 0.9, -0.4])
+"""
+    )
+    for point in ["x", "-x", "x * 3.0", "x"]:
+        capsys.readouterr()
+        nb.run(f"_got = {tr}(f)({point})")
+        mine = capsys.readouterr().out
+        nb.run(f"_want = autograd.{tr}(f)({point})")
+        assert mine.count("half way") == capsys.readouterr().out.count("half way") == 1
+        assert_same(nb.ns["_got"], nb.ns["_want"], f"{tr}(f)({point})")
+    (entry,) = [e for e in nb.run("ipyrefresh.status()")["entries"] if e["name"] == f"{tr}(f)"]
+    assert entry["runs"] == ["plain autograd"] and "print" in entry["fallback"], entry
