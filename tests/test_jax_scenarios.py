@@ -2079,3 +2079,64 @@ def test_debug_nans_in_a_fresh_process_raises_from_the_handle_too() -> None:
     out = run_script(script)
     said = [line for line in out.splitlines() if line in ("raised", "answered")]
     assert said == ["raised"] * 3, out  # (JAX prints its own notice too)
+
+
+# -- hunt 17: a scan body's callee redefined, behind a NamedTuple or a partial guard -------
+
+
+def test_rj_jit_with_optax_style_namedtuple_state_follows_a_scan_bodys_callee(jp: Shell) -> None:
+    """A NamedTuple argument's fields (``_tuplegetter``) made the guard give up, and the
+    unjitted run kept one JAX context: JAX's scan trace of ``cell`` kept the old ``act``,
+    with status() fresh."""
+    jp.run(
+        """
+from typing import NamedTuple
+class State(NamedTuple):
+    count: jax.Array
+    mu: jax.Array
+def act(z): return jnp.tanh(z)
+def cell(c, xt):
+    c = act(c * 0.9 + xt)
+    return c, c
+def loss(w, xs):
+    c, ys = jax.lax.scan(cell, jnp.zeros(2), xs * w)
+    return jnp.sum(ys ** 2)
+def train_step(w, state, xs):
+    g = jax.grad(loss)(w, xs)
+    mu = 0.9 * state.mu + g
+    return w - 0.1 * mu, State(state.count + 1, mu)
+step = rj.jit(train_step)
+w = jnp.array([0.5, 1.0]); state = State(jnp.array(1.0), jnp.zeros(2))
+xs = jnp.arange(6.0).reshape(3, 2) / 6
+for i in range(3):
+    w, state = step(w, state, xs)
+"""
+    )
+    jp.run("def act(z): return jnp.sin(z)")
+    check(jp, "step(w, state, xs)", "jax.disable_jit()(train_step)(w, state, xs)", times=3)
+    assert [e["runs"] for e in status_of(jp, "step")] == [["jax.jit"]]
+
+
+def test_unjitted_fallback_with_a_partial_guard_follows_a_scan_bodys_callee(jp: Shell) -> None:
+    """The guard cannot read a ContextVar, so it misses some of what the code reads: the
+    unjitted JAX that answers must not keep JAX's scan trace of the body between calls."""
+    jp.run(
+        """
+import contextvars
+CV = contextvars.ContextVar('cv', default=1.0)
+def act(z): return jnp.tanh(z)
+def cell(c, xt):
+    c = act(c * 0.9 + xt)
+    return c, c
+def loss(w):
+    c, ys = jax.lax.scan(cell, jnp.zeros(2), jnp.ones((3, 2)) * w * CV.get())
+    return jnp.sum(ys ** 2)
+dl = rj.grad(loss)
+w = jnp.array([0.5, 1.0])
+"""
+    )
+    check(jp, "dl(w)", "jax.grad(loss)(w)", times=3)
+    (entry,) = status_of(jp, "dl")
+    assert entry["runs"] == ["unjitted JAX"], entry
+    jp.run("def act(z): return jnp.sin(z)")
+    check(jp, "dl(w)", "jax.disable_jit()(jax.grad(loss))(w)", times=3, what="after act changed")

@@ -150,6 +150,7 @@ _IMMUTABLE_OBJECTS: tuple[type, ...] = (
     datetime.tzinfo,
     decimal.Decimal,
     operator.attrgetter,  # (names only)
+    type(collections.namedtuple("_Pair", "a").__dict__["a"]),  # a namedtuple field (an index)
     type(Ellipsis),
     type(NotImplemented),
 )

@@ -595,6 +595,7 @@ class JaxCompiler:
             try:
                 _static_pytree_fields(guard, args, kwargs, kept)
             except Unguardable as exc:
+                guard.unguardable = str(exc)
                 return self.fallback(request, guard, str(exc))
             return JaxVariant(jitted, plan, guard, context)
 
@@ -610,11 +611,22 @@ class JaxCompiler:
     def fallback(self, request: Request, guard: Guard, why: str) -> Variant:
         op = TRANSFORMS[request.transform]
         argnum = request.argnum
-        context = self._context()  # (fresh traces of jitted callees, kept while the guard holds)
         guard.add(_config_guard())  # (a debugging setting turned off again: build then)
+        if guard.unguardable:
+            # The guard misses some of what the code reads: JAX's traces of jitted callees
+            # and scan bodies, cached under one context, could outlive a change to it.
+            # Every call traces under a context of its own.
+            new_context = self._context
 
-        def run(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            def run(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+                with new_context()():
+                    return op(fn, argnum)(*args, **kwargs)
+
+            return PythonVariant(run, guard, why, "unjitted JAX")
+        context = self._context()  # (fresh traces of jitted callees, kept while the guard holds)
+
+        def run_kept(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             with context():
                 return op(fn, argnum)(*args, **kwargs)
 
-        return PythonVariant(run, guard, why, "unjitted JAX")
+        return PythonVariant(run_kept, guard, why, "unjitted JAX")
