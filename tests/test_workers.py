@@ -305,6 +305,50 @@ def test_dask_names_tasks_by_the_code_they_carry(ip: Shell) -> None:
     assert tokenize(ip.ns["dh"]) != first
 
 
+def test_dask_names_tasks_by_the_gradient_rules_too(ip: Shell) -> None:
+    """A ``defvjp`` is not in the function's payload, but changes what its tasks compute
+    (Dask's thread schedulers share autograd's rule table): the token must change."""
+    dask = pytest.importorskip("dask")
+    tokenize = dask.base.tokenize
+    ip.run(SHELL_CODE + "from autograd.extend import defvjp")
+    first = tokenize(ip.ns["dh"])
+    try:
+        ip.run("defvjp(np.sin, lambda ans, x: lambda g: g * 10.0)")
+        second = tokenize(ip.ns["dh"])
+        assert second != first
+        assert tokenize(ip.ns["dh"]) == second
+        threaded = dask.compute(*[dask.delayed(ip.ns["dh"])(x) for x in XS], scheduler="threads")
+        for got, w in zip(threaded, fresh_grad(ip, XS), strict=True):
+            same_result(got, w)
+    finally:
+        ip.run("defvjp(np.sin, lambda ans, x: lambda g: g * np.cos(x))")
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_a_function_that_draws_random_numbers_starts_each_task_from_the_state_sent(
+    ip: Shell, pools: Any, start: str
+) -> None:
+    """A worker keeps the handle of a payload it met before; the kept function's
+    generator has moved on since, so a handle that runs its code must not be reused for
+    a task that carries the generator's state as it was sent."""
+    ip.run(
+        "import numpy as onp\nrng = onp.random.default_rng(0)\n"
+        "def elbo(m):\n"
+        "    eps = rng.standard_normal(3)\n"
+        "    return np.sum((m + eps) ** 2)\n"
+        "dh = grad(elbo)"
+    )
+    sent = [pickle.dumps(ip.ns["dh"]) for _ in range(3)]  # (all with the state of now)
+    want = autograd.grad(pickle.loads(pickle.dumps(ip.ns["elbo"])))(onp.zeros(3))
+    executor = pools(start)
+    for got in executor.map(_call_pickled, sent, [onp.zeros(3)] * 3):
+        same_result(got, want)
+
+
+def _call_pickled(payload: bytes, x: Any) -> Any:
+    return pickle.loads(payload)(x)
+
+
 def test_copies_are_the_handle_itself(ip: Shell) -> None:
     ip.run(SHELL_CODE)
     dh = ip.ns["dh"]

@@ -88,7 +88,25 @@ def dask_token(dh: Derivative) -> tuple[Any, ...]:
         _, (payload, meta) = reduce_handle(dh)
     except pickle.PicklingError:
         return ("ipyrefresh.Derivative", uuid.uuid4().hex)
-    return ("ipyrefresh.Derivative", hashlib.blake2b(payload).hexdigest(), meta)
+    rules = None if meta[3] == "jax" else _rules_token()  # (JAX rules travel in the payload)
+    return ("ipyrefresh.Derivative", hashlib.blake2b(payload).hexdigest(), meta, rules)
+
+
+def _rules_token() -> int:
+    """Which gradient rules autograd holds now: a ``defvjp`` in the notebook is not part
+    of the function's payload, yet changes what its tasks compute (under Dask's thread
+    schedulers, which share the table). Each ``defvjp`` makes a new rule object; the
+    ones seen are kept (the last few thousand), so that an id is not reused for another."""
+    from autograd.core import primitive_vjps
+
+    makers = tuple(primitive_vjps.values())
+    with _lock:
+        for maker in makers:
+            if id(maker) not in _rules_seen:
+                _rules_seen[id(maker)] = maker
+        while len(_rules_seen) > _RULES_KEPT:
+            _rules_seen.popitem(last=False)
+    return hash(tuple(map(id, makers)))
 
 
 def rebuild_handle(payload: bytes, meta: tuple[Any, ...]) -> Derivative:
@@ -116,7 +134,7 @@ def rebuild_handle(payload: bytes, meta: tuple[Any, ...]) -> Derivative:
     key = (hashlib.blake2b(payload, digest_size=20).digest(), meta)
     with _lock:
         dh = _kept.get(key)
-        if dh is not None:
+        if dh is not None and not _runs_its_code(dh):
             _kept.move_to_end(key)
             return dh
     dh = _new_handle(fn, meta)
@@ -125,6 +143,13 @@ def rebuild_handle(payload: bytes, meta: tuple[Any, ...]) -> Derivative:
         while len(_kept) > _KEEP:
             _kept.popitem(last=False)
     return dh
+
+
+def _runs_its_code(dh: Derivative) -> bool:
+    """Whether a kept handle runs its function's code at calls (it draws random numbers,
+    counts, appends): that function's state has moved on since its payload was loaded,
+    and a task carrying the same payload must start from the state it carries."""
+    return any(v.replays_python for e in dh.entries for v in e.variants)
 
 
 def _new_handle(fn: Any, meta: tuple[Any, ...]) -> Derivative:
@@ -144,10 +169,10 @@ def _new_handle(fn: Any, meta: tuple[Any, ...]) -> Derivative:
 
 
 def _match_x64(enabled: bool) -> None:
-    """JAX's precision as in the process that sent the handle. Set before the task's
-    arguments are unpickled (they follow the function), so that float64 arrays stay
-    float64: a worker at JAX's default would answer in float32 for a notebook that
-    enabled x64."""
+    """JAX's precision as in the process that sent the handle: a worker at JAX's default
+    would answer in float32 for a notebook that enabled x64. Arguments unpickled before
+    the handle (Dask unpickles a task's arguments first) were made at the worker's
+    setting: see the README for setting x64 in the workers themselves."""
     import jax
 
     config: Any = jax.config
@@ -163,6 +188,8 @@ def _match_x64(enabled: bool) -> None:
 
 _lock = threading.Lock()
 _kept: collections.OrderedDict[Any, Derivative] = collections.OrderedDict()
+_rules_seen: collections.OrderedDict[int, Any] = collections.OrderedDict()
+_RULES_KEPT = 4096
 _engines: list[Engine] = []
 
 
