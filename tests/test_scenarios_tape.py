@@ -1010,3 +1010,32 @@ x = onp.array([0.2, 0.9, -0.4])
         assert_same(nb.ns["_got"], nb.ns["_want"], f"{tr}(f)({point})")
     (entry,) = [e for e in nb.run("ipyrefresh.status()")["entries"] if e["name"] == f"{tr}(f)"]
     assert entry["runs"] == ["plain autograd"] and "print" in entry["fallback"], entry
+
+
+# -- objects with nothing but their identity (3.13's typing.NamedTuple holds one) ----------
+
+
+def test_sentinels_are_guarded_by_identity_and_compiled(nb: Shell) -> None:
+    """``MISSING = object()`` and instances of a class with ``__slots__ = ()`` hold no
+    state: the guard checks which object it is (they made the derivative run plain
+    autograd before, as objects whose state it cannot read)."""
+    nb.run(
+        """
+class Flag:
+    __slots__ = ()
+MISSING, ON = object(), Flag()
+MODE = ON
+def f(x, k=MISSING):
+    scale = 2.0 if k is MISSING else 5.0
+    return np.sum(x ** 2) * scale * (3.0 if MODE is ON else 7.0)
+df = grad(f)
+x = onp.array([0.5, -1.5])
+"""
+    )
+    check(nb, "df(x)", "autograd.grad(f)(x)", times=3)
+    (entry,) = [e for e in nb.run("ipyrefresh.status()")["entries"] if e["name"] == "grad(f)"]
+    assert entry["runs"][0].startswith("tape"), entry
+    nb.run("f.__defaults__ = (object(),)")
+    check(nb, "df(x)", "autograd.grad(f)(x)", times=2, what="another default object:")
+    nb.run("MODE = Flag()")
+    check(nb, "df(x)", "autograd.grad(f)(x)", times=2, what="another Flag:")

@@ -621,13 +621,24 @@ class Walker:
         if attrs is None and (not slots or not (flags & _HEAPTYPE or data)):
             if data:
                 return None
-            if issubclass(cls, _IMMUTABLE_OBJECTS):
+            if issubclass(cls, _IMMUTABLE_OBJECTS) or (not slots and _stateless(cls)):
                 return Identity(label, obj)
             # A C object with state of its own (a ContextVar, a cell, an mmap...): its
             # member descriptors, if any, are not all of it, and nothing here can tell
             # when it changes.
             raise Unguardable(f"{label} ({_type_name(cls)}) has state ipyrefresh cannot read")
         return Instance(label, obj, descr, attrs, tuple(slots))
+
+
+def _stateless(cls: type) -> bool:
+    """Instances of ``cls`` are no bigger than a bare ``object()``: no ``__dict__``, no
+    slots, no C fields; nothing but their identity (a sentinel: ``MISSING = object()``,
+    a class with ``__slots__ = ()``)."""
+    size = type.__dict__["__basicsize__"].__get__(cls)
+    return bool(size == _OBJECT_SIZE and type.__dict__["__itemsize__"].__get__(cls) == 0)
+
+
+_OBJECT_SIZE = object.__basicsize__
 
 
 class _LibraryClassDict(Node):
