@@ -420,3 +420,24 @@ def test_global_container_subclass_rebound_to_an_equal_one_old_one_changed(
         f"c = C; C = {made}; {change}",
         Ask("df(x)", "autograd.grad(f)(x)", 2),
     )
+
+
+def test_global_namedtuple_of_a_list_rebound_to_an_equal_one_old_one_changed(
+    bare_shell: Shell,
+) -> None:
+    """The replay must hold its own copy of a namedtuple's mutable members too: the global
+    is rebound to an equal namedtuple and the old one's list changed through another name."""
+    notebook(
+        bare_shell,
+        SUBCLASS_SETUP,
+        """
+        C = Pair([1.0, 2.0], 0)
+        def f(x):
+            return np.sum(scale(x, C) ** 2)
+        df = grad(f)
+        x = onp.array([0.3, 0.5])
+        """,
+        Ask("df(x)", "autograd.grad(f)(x)", 2),
+        "c = C; C = Pair([1.0, 2.0], 0); c.w[0] = 7.0",
+        Ask("df(x)", "autograd.grad(f)(x)", 2),
+    )

@@ -48,8 +48,9 @@ def _foreign(a: np.ndarray) -> bool:
     return base is not None
 
 
-#: Mutable containers a replay holds copies of (see ``Emitter._own``).
-_COPIED = (list, dict, set, collections.deque, array.array)
+#: Mutable containers a replay holds copies of (see ``Emitter._own``), and tuple subclasses
+#: (a namedtuple holding a list): an exact tuple is looked into instead.
+_COPIED = (list, dict, set, collections.deque, array.array, tuple)
 _names = itertools.count()
 
 
@@ -338,15 +339,16 @@ class Emitter:
 
     def _own(self, value: Any) -> Any:
         """The tape's own copy of a constant where the user may still change it: what it
-        read from arguments, lists, dicts, sets, deques and ``array.array``s, and these
-        inside a tuple (an index ``(rows, cols)``)."""
+        read from arguments, lists, dicts, sets, deques, ``array.array``s and tuple
+        subclasses (their subclasses too), and these inside a tuple (an index
+        ``(rows, cols)``)."""
         owned = self.tape.owned.get(id(value))
         if owned is not None:
             return owned
         t = type(value)
         if t is tuple:
             return tuple(self._own(v) for v in value)
-        if isinstance(value, _COPIED):  # (subclasses too: an OrderedDict, a user's dict)
+        if isinstance(value, _COPIED):  # (subclasses too: an OrderedDict, a namedtuple)
             try:
                 return copy.deepcopy(value)
             except Exception as exc:
