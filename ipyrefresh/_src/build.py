@@ -104,7 +104,7 @@ def run_build(
     if not why and not log.complete:
         why = f"could not record the calls it makes ({log.note})"
         guard.add([(TargetReader(), _RecorderBusy("the call recorder"))])
-        guard.unguardable = guard.unguardable or why  # (what ran is not all in the guard)
+        guard.unguardable = why  # (what ran is not all in the guard)
     try:
         if why or traced.compile is None:
             info.note = why

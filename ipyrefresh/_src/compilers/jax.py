@@ -612,21 +612,15 @@ class JaxCompiler:
         op = TRANSFORMS[request.transform]
         argnum = request.argnum
         guard.add(_config_guard())  # (a debugging setting turned off again: build then)
-        if guard.unguardable:
-            # The guard misses some of what the code reads: JAX's traces of jitted callees
-            # and scan bodies, cached under one context, could outlive a change to it.
-            # Every call traces under a context of its own.
-            new_context = self._context
+        # One context while the guard holds: fresh traces of jitted callees and scan
+        # bodies, kept between calls. A guard that misses some of what the code reads
+        # cannot tell when those traces go stale: then every call gets a context of its own.
+        kept = None if guard.unguardable else self._context()
+        new_context = self._context
 
-            def run(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-                with new_context()():
-                    return op(fn, argnum)(*args, **kwargs)
-
-            return PythonVariant(run, guard, why, "unjitted JAX")
-        context = self._context()  # (fresh traces of jitted callees, kept while the guard holds)
-
-        def run_kept(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        def run(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            context = kept if kept is not None else new_context()
             with context():
                 return op(fn, argnum)(*args, **kwargs)
 
-        return PythonVariant(run_kept, guard, why, "unjitted JAX")
+        return PythonVariant(run, guard, why, "unjitted JAX")
