@@ -804,3 +804,72 @@ def test_a_warning_the_code_gives_is_given_by_every_call(engine: Engine) -> None
         warnings.simplefilter("error")
         with pytest.raises(UserWarning, match="extrapolating"):
             handle(2.0)
+
+
+def _class_changes() -> list[tuple[str, Callable[[type, type], None]]]:
+    def method(self: Any, x: Any) -> Any:
+        return np.cos(x) * self.k
+
+    def readd(cls: type, base: type) -> None:
+        delattr(cls, "k")
+        cls.k = 2.0  # type: ignore[attr-defined]
+
+    def swap_bases(cls: type, base: type) -> None:
+        class Other:
+            scale = 3.0
+
+        cls.__bases__ = (Other,)
+
+    return [
+        ("a new class attribute", lambda cls, base: setattr(cls, "extra", 1)),
+        ("a class number", lambda cls, base: setattr(cls, "k", 5.0)),
+        ("a method replaced", lambda cls, base: setattr(cls, "f", method)),
+        ("an attribute deleted and set again", readd),
+        ("a base class's number", lambda cls, base: setattr(base, "scale", 7.0)),
+        ("a base class's new attribute", lambda cls, base: setattr(base, "extra", 1)),
+        ("the bases", swap_bases),
+        ("nothing", lambda cls, base: None),
+    ]
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["few attributes", "more than unrolled"])
+@pytest.mark.parametrize(("what", "change"), _class_changes(), ids=[c[0] for c in _class_changes()])
+def test_compiled_class_guards_agree_with_their_nodes(
+    engine: Engine, what: str, change: Callable[[type, type], None], many: bool
+) -> None:
+    """A user class the function reads is checked by generated code (identity, MRO,
+    each user class's namespace); every change gives the verdict the nodes give, and the
+    next answer is autograd's."""
+
+    class Base:
+        scale = 2.0
+
+    class Model(Base):
+        k = 2.0
+
+        def f(self, x: Any) -> Any:
+            return np.sin(x) * self.k * self.scale
+
+    if many:
+        for i in range(30):
+            setattr(Model, f"attr{i}", float(i))
+    model = Model()
+
+    def loss(x: Any) -> Any:
+        return model.f(x) * x
+
+    handle = Derivative("grad", loss)
+    for _ in range(2):
+        check(handle, 0.7)
+    variant = handle.entries[0].variants[0]
+    assert not variant.replays_python
+    source = variant.guard._compiled()[1].source.split("def full")[0]  # type: ignore[attr-defined]
+    assert "_mro(" in source  # (generated, not delegated to the node)
+    assert source.count("_class_keys(") == (1 if many else 2)  # (Model's, Base's)
+    change(Model, Base)
+    compiled = variant.guard.check_env(loss, True)
+    interpreted = variant.guard.check_interpreted(loss, (), {}, True, True)
+    verdicts = [None if b is None else (b.subject, b.kind, b.arg) for b in (compiled, interpreted)]
+    assert verdicts[0] == verdicts[1], verdicts
+    assert (verdicts[0] is None) == (what == "nothing"), verdicts
+    check(handle, 0.7)

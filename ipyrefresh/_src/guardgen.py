@@ -36,6 +36,8 @@ from .nodes import (
     Arity,
     Array,
     Cell,
+    Class,
+    ClassDict,
     Function,
     Identity,
     Instance,
@@ -48,6 +50,7 @@ from .nodes import (
     Scalar,
     ScalarSeq,
     Seq,
+    class_keys,
     iterate,
     same_scalar,
     same_scalars,
@@ -84,6 +87,9 @@ class _Emitter:
             "_ndarray": np.ndarray,
             "_signature": arg_signature,
             "_keys": tuple,
+            "_class_keys": class_keys,
+            "_mro": type.__dict__["__mro__"].__get__,
+            "_class_dict": type.__dict__["__dict__"].__get__,
         }
         self.lines: list[str] = []
         self._k = itertools.count()
@@ -109,7 +115,10 @@ class _Emitter:
         self.line(f"if {cond}: return {mismatch}")
 
     def mismatch(self, node: Node, kind: ChangeKind, arg: bool) -> str:
-        return self.const(Mismatch(node.label, kind, arg))
+        return self.mismatch_at(node.label, kind, arg)
+
+    def mismatch_at(self, subject: str, kind: ChangeKind, arg: bool) -> str:
+        return self.const(Mismatch(subject, kind, arg))
 
     def node_fail(self, node: Node, v: str, arg: bool, kind: ChangeKind | None = None) -> str:
         """The mismatch ``node.fail(v, kind)`` would give (DELETED for MISSING)."""
@@ -286,6 +295,38 @@ def _instance(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     return None
 
 
+def _class(e: _Emitter, node: Node, v: str, arg: bool) -> None:
+    """A user class: the same object, the same MRO (by identity), each user class's
+    namespace."""
+    assert isinstance(node, Class)
+    e.fail(f"{v} is not {e.const(node.ref)}()", e.node_fail(node, v, arg, ChangeKind.REDEFINED))
+    mro = e.var()
+    e.line(f"{mro} = _mro({v})")
+    same = " or ".join(
+        [f"_len({mro}) != {len(node.mro)}"]
+        + [f"{mro}[{i}] is not {e.const(ref)}()" for i, ref in enumerate(node.mro)]
+    )
+    e.fail(same, e.mismatch_at(node.label, ChangeKind.CLASS_CHANGED, arg))
+    for ref, dict_node in node.dicts:
+        w = e.var()
+        e.line(f"{w} = _class_dict({e.const(ref)}())")
+        e.emit(dict_node, w, arg)
+
+
+def _class_dict(e: _Emitter, node: Node, v: str, arg: bool) -> None:
+    assert isinstance(node, ClassDict)
+    if len(node.keys) > _UNROLL:
+        return e.delegate(node, v, arg)
+    subject = node.label.removesuffix(".__dict__")
+    changed = e.mismatch_at(subject, ChangeKind.ATTRIBUTES_CHANGED, arg)
+    e.fail(f"_class_keys({v}) != {e.const(node.keys)}", changed)
+    for key, value_node in zip(node.keys, node.values, strict=True):
+        w = e.var()
+        e.line(f"{w} = {v}[{e.const(key)}]")
+        e.emit(value_node, w, arg)
+    return None
+
+
 _EMITTERS: dict[type, Callable[[_Emitter, Node, str, bool], None]] = {
     Absent: _absent,
     Scalar: _scalar,
@@ -299,6 +340,8 @@ _EMITTERS: dict[type, Callable[[_Emitter, Node, str, bool], None]] = {
     Seq: _seq,
     Map: _map,
     Instance: _instance,
+    Class: _class,
+    ClassDict: _class_dict,
 }
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import collections
 import struct
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import BuiltinFunctionType, FunctionType, MethodType
 from typing import Any
 
@@ -665,6 +665,33 @@ class WeakRefTo(Node):
             return self.fail(value)
         target = weakref.ReferenceType.__call__(value)  # (a subclass's __call__ is user code)
         return self.inner.check(MISSING if target is None else target, deep)
+
+
+def class_keys(ns: Mapping[str, Any]) -> tuple[str, ...]:
+    """A class namespace's keys in order, without the ``__dict__``/``__weakref__``
+    descriptors every class with instance dicts has."""
+    return tuple(k for k in ns if k not in ("__dict__", "__weakref__"))
+
+
+class ClassDict(Node):
+    """A user class's namespace: the same keys in order, each value checked like any."""
+
+    __slots__ = ("keys", "values")
+
+    def __init__(self, label: str, keys: tuple[str, ...], values: tuple[Node, ...]) -> None:
+        super().__init__(label)
+        self.keys = keys
+        self.values = values
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        keys = class_keys(value)
+        if keys != self.keys:
+            return Mismatch(self.label.removesuffix(".__dict__"), ChangeKind.ATTRIBUTES_CHANGED)
+        for key, node in zip(keys, self.values, strict=True):
+            bad = node.check(value[key], deep)
+            if bad is not None:
+                return bad
+        return None
 
 
 class Class(Node):

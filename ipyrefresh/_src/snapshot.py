@@ -60,6 +60,7 @@ from .nodes import (
     Buffer,
     Cell,
     Class,
+    ClassDict,
     Function,
     Identity,
     Instance,
@@ -81,6 +82,7 @@ from .nodes import (
     Unreadable,
     WeakRefTo,
     Wrapped,
+    class_keys,
     is_key,
     is_scalar,
     iterate,
@@ -583,11 +585,11 @@ class Walker:
             if c is object or not _patchable(c):
                 continue
             ns = type.__dict__["__dict__"].__get__(c)
-            keys = tuple(k for k in ns if k not in ("__dict__", "__weakref__"))
+            keys = class_keys(ns)
             cname = label if c is cls else _type_name(c)
             if _is_user_class(c):
                 nodes = tuple(self.walk(ns[k], f"{cname}.{k}") for k in keys)
-                dicts.append((c, _ClassDict(f"{cname}.__dict__", keys, nodes)))
+                dicts.append((c, ClassDict(f"{cname}.__dict__", keys, nodes)))
             else:  # a library's class: the same methods and data (a monkeypatch changes them)
                 dicts.append((c, _LibraryClassDict(f"{cname}.__dict__", ns)))
         self.env_root(FixedReader(_weak(cls)), Class(label, cls, tuple(dicts)))
@@ -655,29 +657,6 @@ class _LibraryClassDict(Node):
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
         if tuple(value) != self.keys or not all(map(operator.is_, value.values(), self.values)):
             return Mismatch(self.label.removesuffix(".__dict__"), ChangeKind.ATTRIBUTES_CHANGED)
-        return None
-
-
-class _ClassDict(Map):
-    """A class's namespace, without its ``__dict__``/``__weakref__`` descriptors."""
-
-    __slots__ = ()
-
-    def __init__(self, label: str, keys: tuple[str, ...], values: tuple[Node, ...]) -> None:
-        Node.__init__(self, label)
-        self.type = type(type.__dict__)
-        self.keys = keys
-        self.values = values
-        self.default = None
-
-    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
-        keys = tuple(k for k in value if k not in ("__dict__", "__weakref__"))
-        if keys != self.keys:
-            return Mismatch(self.label.removesuffix(".__dict__"), ChangeKind.ATTRIBUTES_CHANGED)
-        for key, node in zip(keys, self.values, strict=True):
-            bad = node.check(value[key], deep)
-            if bad is not None:
-                return bad
         return None
 
 
