@@ -160,3 +160,29 @@ def test_dict_keys_equal_but_not_alike_print_differently(a: Any, b: Any) -> None
     assert key_print(a) != key_print(b)
     assert print_of({a: 1.0}, CONSTANTS) != print_of({b: 1.0}, CONSTANTS)
     assert key_print(a) == key_print(copy.copy(a))
+
+
+class _Named:
+    """Equal by name alone, as a user's key class may be."""
+
+    def __init__(self, name: str, w: Any) -> None:
+        self.name, self.w = name, w
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Named) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+def test_object_keys_print_what_their_equality_ignores() -> None:
+    a, b = _Named("dense", 1.0), _Named("dense", 2.0)
+    assert a == b
+    assert key_print(a) != key_print(b)
+    assert key_print(a) == key_print(_Named("dense", 1.0))
+    before = key_print(a)
+    a.w = 2.0  # (the same key object, changed in place)
+    assert key_print(a) != before
+    assert key_print(a) == key_print(b)
+    a.w = types.SimpleNamespace(f=lambda: 0)  # (state without a print: equal to no other)
+    assert key_print(a) != key_print(a)

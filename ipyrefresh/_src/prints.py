@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import array
 import collections
+import enum
 import types
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -26,6 +27,12 @@ import numpy as np
 import xxhash
 
 from .digest import array_digest
+
+
+class _Unequal:
+    """Equal to nothing but itself: a key whose state has no print matches no other call's."""
+
+    __slots__ = ("__weakref__",)
 
 
 class Unprintable(Exception):
@@ -104,7 +111,9 @@ def print_of(value: Any, reach: Reach, depth: int = 0) -> Hashable:
 def key_print(k: Any) -> Hashable:
     """A dict key with its type, floats by their bits: keys that are equal but not alike
     (``1``, ``True``, ``1.0``, ``np.int64(1)``; ``0.0`` and ``-0.0``) are different inputs
-    (code may branch on them, and a gradient dict is keyed by the caller's key objects)."""
+    (code may branch on them, and a gradient dict is keyed by the caller's key objects).
+    A plain object's key also carries the print of its attributes (an ``Enum`` member is
+    itself)."""
     t = type(k)
     if t is float:
         return (t, k.hex())
@@ -114,7 +123,15 @@ def key_print(k: Any) -> Hashable:
         return (t, *(key_print(v) for v in k))
     if isinstance(k, np.generic):
         return (t, k.tobytes())
-    return (t, k)
+    attrs = None if isinstance(k, enum.Enum) else attributes(k)
+    if attrs is None:
+        return (t, k)
+    # An object with attributes (a user's class with its own ``__eq__`` and ``__hash__``):
+    # a dict finds an equal key, but the code may read what the equality ignores.
+    try:
+        return (t, k, print_of(attrs, CONSTANTS, 1))
+    except Unprintable:
+        return (t, k, _Unequal())
 
 
 #: Containers whose subclasses the wide reach prints by their items (read through the base
