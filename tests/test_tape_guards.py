@@ -873,3 +873,52 @@ def test_compiled_class_guards_agree_with_their_nodes(
     assert verdicts[0] == verdicts[1], verdicts
     assert (verdicts[0] is None) == (what == "nothing"), verdicts
     check(handle, 0.7)
+
+
+class _Slotted:
+    __slots__ = ("v", "w")
+
+
+_SLOTTED = _Slotted()
+
+
+def _reads_slots(x: Any) -> Any:
+    return _SLOTTED.v * np.sum(_SLOTTED.w * x)
+
+
+def test_an_object_with_slots_is_guarded_and_the_tape_kept(engine: Engine) -> None:
+    """Hunt 19: the class's own slot descriptors were walked as C objects with unreadable
+    state, so every function reading a ``__slots__`` instance ran plain autograd. They
+    are immutable: the tape is kept, and each change to the slots is seen."""
+    _SLOTTED.v, _SLOTTED.w = 1.0, onp.array([1.0, 2.0])
+    handle = Derivative("grad", _reads_slots)
+    x = onp.array([0.3, 0.5])
+    changes = [
+        lambda: None,
+        lambda: setattr(_SLOTTED, "v", 15.0),
+        lambda: _SLOTTED.w.__setitem__(0, 7.0),
+        lambda: setattr(_SLOTTED, "w", onp.array([3.0, 1.0])),
+        lambda: setattr(_Slotted, "extra", 1),
+    ]
+    for change in changes:
+        change()
+        for _ in range(2):
+            check(handle, x)
+        assert not handle.entries[0].variants[0].replays_python
+    del _Slotted.extra  # type: ignore[attr-defined]
+
+
+def test_a_fallback_for_what_cannot_be_read_is_left_when_the_function_changes(
+    ip: Shell,
+) -> None:
+    """Hunt 19: the guard of a derivative that runs plain autograd because it reads
+    something unreadable (a ContextVar) stopped before the function itself: redefined to
+    read nothing of the kind, it stayed on plain autograd with the old reason."""
+    ip.run("import contextvars\ncv = contextvars.ContextVar('cv', default=3.0)")
+    ip.run("def g(x): return cv.get() * x\ndg = grad(g)\n_ = dg(0.5), dg(0.5)")
+    (before,) = ipyrefresh.status()["entries"]
+    assert "ContextVar" in before["fallback"]
+    ip.run("def g(x): return 3.0 * x ** 2\nr = dg(0.5), dg(0.5)")
+    assert ip.ns["r"] == (3.0, 3.0)
+    (after,) = ipyrefresh.status()["entries"]
+    assert after["fallback"] == "" and after["runs"][0].startswith("tape"), after

@@ -28,7 +28,7 @@ from .changes import ChangeKind
 from .compilers.base import Compiler, Request, Variant
 from .entry import BuildInfo
 from .guard import Guard
-from .nodes import Mismatch, Node
+from .nodes import Function, Identity, Method, Mismatch, Node
 from .readers import TargetReader
 from .recorder import CallLog, record, recording_possible
 from .snapshot import Unguardable, Walker, rng_state, rules_of
@@ -158,11 +158,26 @@ def _walk(
             _dynamic(walker, log)
     except Unguardable as exc:
         guard.unguardable = str(exc)
+        # The walk stopped part-way, perhaps before the function itself was a root: its
+        # redefinition must still send it to a new build (which may need no fallback).
+        code = _code_node(fn, label)
+        if code is not None:
+            guard.add([(TargetReader(), code)])
         return guard, str(exc)
     except RecursionError:
         guard.unguardable = "what it reads is nested too deeply to check"
         return guard, guard.unguardable
     return guard, ""
+
+
+def _code_node(fn: Any, label: str) -> Node | None:
+    """The identity and code of a function or bound method, and nothing else."""
+    if type(fn) is FunctionType:
+        return Function(label, fn, None, None, (), None)
+    if type(fn) is MethodType and type(fn.__func__) is FunctionType:
+        func = Function(label, fn.__func__, None, None, (), None)
+        return Method(label, fn, func, Identity(f"{label}.__self__", fn.__self__))
+    return None
 
 
 def _unread(

@@ -35,7 +35,9 @@ from types import (
     BuiltinFunctionType,
     CodeType,
     FunctionType,
+    GetSetDescriptorType,
     MappingProxyType,
+    MemberDescriptorType,
     MethodType,
     ModuleType,
 )
@@ -153,6 +155,8 @@ _IMMUTABLE_OBJECTS: tuple[type, ...] = (
     decimal.Decimal,
     operator.attrgetter,  # (names only)
     type(collections.namedtuple("_Pair", "a").__dict__["a"]),  # a namedtuple field (an index)
+    MemberDescriptorType,  # a __slots__ entry of a class (its name and offset)
+    GetSetDescriptorType,
     type(Ellipsis),
     type(NotImplemented),
 )
