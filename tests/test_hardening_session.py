@@ -245,6 +245,36 @@ def test_reset_forgets_everything_and_starts_over(ip: Any) -> None:
     assert_consistent(current())
 
 
+_EXEC_SOURCE = """
+import autograd.numpy as np, numpy as onp
+from ipyrefresh import grad
+class Big: pass
+big = Big(); big.W = onp.ones(1_000_000)
+def f(x): return np.sum(big.W[:2] * np.sin(x))
+dh = grad(f)
+r = dh(np.array([0.1, 0.2]))
+"""
+
+
+def test_reset_frees_what_handles_made_by_exec_held(ip: Any) -> None:
+    """Hunt 19: nothing called the engine's clear at ``%reset``: a handle made in an
+    ``exec`` namespace kept that namespace (and its 8 MB) cached after ``%reset -f``, and
+    ``%stale`` listed derivatives of names that no longer existed."""
+    import gc
+    import weakref
+
+    ip.ns["src"] = _EXEC_SOURCE
+    ip.run("nsx = {}\nexec(src, nsx)")
+    big = weakref.ref(ip.ns["nsx"]["big"])
+    ip.run("del nsx")
+    gc.collect()
+    assert big() is not None and ipyrefresh.status()["entries_total"] == 1
+    ip.run("%reset -f")
+    gc.collect()
+    assert big() is None, "%reset: the cache kept an exec namespace's data alive"
+    assert ipyrefresh.status()["entries_total"] == 0
+
+
 def shell_state(shell: Any) -> dict[str, Any]:
     return {
         "events": {k: list(v) for k, v in shell.events.callbacks.items()},

@@ -416,7 +416,10 @@ class Engine:
             except Exception as exc:  # the name is gone, or model.loss raises now
                 gone = isinstance(exc, TargetGone)
                 kind = ChangeKind.DELETED if gone else ChangeKind.UNREADABLE
-                gone_bad = Mismatch(entry.target.label, kind)
+                label = entry.target.label
+                gone_bad = Mismatch(label, kind)
+                if label.partition(".")[0] in seen:  # (``model.loss``: ``model`` moved)
+                    seen = {*seen, label}
                 entry.invalidate(self._change(gone_bad, detection, entry, seen))
                 went += 1
                 continue
@@ -462,9 +465,15 @@ class Engine:
                 try:
                     with _global_random_kept():  # (a rebuild is not a draw of the user's)
                         self._build(entry, entry.target.resolve(), args, kwargs)
-                except Exception as exc:
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:
+                    # (Unasked, even ``sys.exit`` in the user's code must not end the cell
+                    # or the kernel: the user's next call says whether it raises.)
+                    if not (eager or isinstance(exc, Exception)):
+                        raise
                     report["failed"].append([entry.name, describe_error(exc)])
-                    if eager:  # (unasked: the user's next call says whether it raises)
+                    if eager:
                         entry.retry_later(reasons)
                 else:
                     report["rebuilt"].append(entry.name)
@@ -472,7 +481,7 @@ class Engine:
         return report
 
     def clear(self) -> None:
-        """Forget every cached derivative (``%reset`` and unloading do this)."""
+        """Forget every cached derivative (``%reset`` does this)."""
         with self.lock:
             self.cache.clear()
             self._targets.clear()

@@ -10,6 +10,7 @@ shell as it was.
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import Any
 
 from .._src.changes import CellRef, Detection
@@ -36,6 +37,7 @@ class Extension:
         self._counted_first = True
         #: The cells running, outermost first (a cell may run another: ``run_cell``).
         self._running: list[Any] = []
+        self._wrapped_reset: Any = None  # an instance's own ``reset`` we wrap, if any
 
     # -- lifecycle -----------------------------------------------------------------------
     def load(self) -> None:
@@ -52,9 +54,31 @@ class Extension:
         self.extras.append(channel)
         channel.open()  # (its post_run_cell runs after ours, and before the next one)
         shell.events.register("post_run_cell", self.cell_over)
+        # IPython has no event for ``%reset``: the shell's method is wrapped (an
+        # attribute of this shell only, put back at unload).
+        self._wrapped_reset = vars(shell).get("reset")
+        shell.reset = self._reset
+
+    def _reset(self, *args: Any, **kwargs: Any) -> Any:
+        """``%reset``: the shell forgets the user's names, and the cache what it held
+        (the namespaces of handles made by ``exec`` or ``runpy`` included)."""
+        try:
+            shell = self.shell
+            wrapped = self._wrapped_reset or type(shell).reset.__get__(shell)
+            return wrapped(*args, **kwargs)
+        finally:
+            try:
+                self.engine.clear()
+            except Exception as exc:
+                self.engine.internal_error("forgetting the cache at %reset", exc)
 
     def unload(self) -> None:
         shell = self.shell
+        if vars(shell).get("reset") == self._reset:
+            if self._wrapped_reset is None:
+                del shell.reset
+            else:
+                shell.reset = self._wrapped_reset
         for extra in self.extras:
             try:
                 extra.close()
@@ -128,7 +152,13 @@ class Extension:
                 went += self.engine.sweep(deep=True, detection=Detection.AFTER_CELL)
                 if went:
                     self.engine.refresh(eager=True)
-        except Exception as exc:  # the user's cell already ran; never turn it into an error
+        except KeyboardInterrupt:  # (Ctrl-C during an eager rebuild: the cell itself ran)
+            print(
+                "ipyrefresh: rebuilding after the cell was interrupted; what is stale "
+                "rebuilds at its next call.",
+                file=sys.stderr,
+            )
+        except BaseException as exc:  # the user's cell already ran; never turn it into an error
             self.engine.internal_error("checking or rebuilding after a cell", exc)
 
     def cell_over(self, result: Any = None) -> None:
