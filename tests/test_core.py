@@ -117,6 +117,11 @@ def test_grad_magic_transforms(ip: Shell) -> None:
         ("%grad plain(1.0)", "autograd.numpy instead of numpy"),
         ("%grad gen(1.0)", "generator function"),
         ("%grad --backend nope h(1.0)", "unknown backend"),
+        ("%grad h(await a)", "'await' outside function"),  # (hunt 19: parsed, not compiled)
+        ("%grad h((yield))", "'yield' outside function"),
+        ("%grad [(yield)](1.0)", "'yield' outside function"),
+        ("%grad h(a, x=1.0, x=2.0)", "keyword argument repeated: x"),
+        ("%grad h(a, x=1.0, **{'x': 2.0})", "keyword argument repeated: x"),
     ],
 )
 def test_grad_magic_errors_are_one_line(
@@ -635,3 +640,69 @@ def test_a_page_that_asks_between_cells_is_told_what_is_stale_now(ip: Shell) -> 
     ext.extras[0]._handle(page, {"type": "request", "req": 1}, 1)
     [message] = page.sent
     assert [(e["name"], e["state"]) for e in message["entries"]] == [("grad(f)", "stale")]
+
+
+def test_grad_magic_reads_an_attribute_callee_once(ip: Shell) -> None:
+    """Hunt 19: ``%grad m.loss(x)`` read ``m.loss`` five times (following the attribute,
+    resolving it again at the call and after the build); a property answering otherwise
+    on a later read had %grad differentiate another function than the line's callee."""
+    ip.run(
+        """
+import numpy as onp
+x = onp.array([0.3, 0.7])
+def f1(x): return np.sum(np.sin(x))
+def f2(x): return np.sum(x ** 3)
+class Model:
+    reads = 0
+    @property
+    def loss(self):
+        Model.reads += 1
+        return f1 if Model.reads == 1 else f2
+m = Model()
+got = %grad m.loss(x)
+"""
+    )
+    assert ip.ns["Model"].reads == 1
+    want = autograd.grad(ip.ns["f1"])(ip.ns["x"])
+    assert onp.array_equal(ip.ns["got"], want)
+
+
+@pytest.mark.parametrize(
+    "raised",
+    ["class Abort(BaseException): pass\nraise Abort('stop')", "import sys\nsys.exit('bye')"],
+)
+def test_an_unasked_eager_rebuild_that_exits_leaves_the_cell_alone(ip: Shell, raised: str) -> None:
+    """Hunt 19: in eager mode, a rebuild after a cell that called no derivative ran the
+    user's function; a BaseException it raised (``sys.exit``, a user's subclass) escaped
+    the cell's hooks: the cell raised it (a kernel exited), and the extension's count of
+    running cells was left broken, so eager rebuilds stopped for the session."""
+    ip.run("%config IPyRefresh.mode = 'eager'")
+    body = "\n".join("        " + line for line in raised.splitlines())
+    ip.run(
+        "import numpy as onp\nW = onp.array([1.0, 2.0])\nSTOP = False\n"
+        f"def f(x):\n    if STOP:\n{body}\n    return np.sum(W * np.sin(x))\n"
+        "df = grad(f)\n_ = df(onp.array([0.3, 0.7]))"
+    )
+    ip.run("STOP = True")  # (an innocent cell: the eager rebuild raises)
+    assert entry("grad(f)")["state"] == "stale"
+    ip.run("STOP = False")
+    ip.run("W = onp.array([5.0, 6.0])")
+    got = ip.run("df(onp.array([0.3, 0.7]))")
+    assert onp.array_equal(got, autograd.grad(ip.ns["f"])(onp.array([0.3, 0.7])))
+    ip.run("W = onp.array([7.0, 8.0])")  # eager mode works again: rebuilt after the cell
+    e = entry("grad(f)")
+    assert e["state"] == "fresh" and "W rebound" in e["last_event"], e
+
+
+def test_deleting_the_object_of_an_attribute_target_names_the_cell(ip: Shell) -> None:
+    """Hunt 19: ``del o`` for a handle on ``o.loss`` was seen after the cell (the entry
+    went stale and freed ``o``) but the reason said ``since`` the last call's cell: the
+    watch kept no subject for a target followed by attributes."""
+    ip.run("class Model:\n    def loss(self, x):\n        return np.sin(x) * 2.0")
+    ip.run("o = Model()\ndo = grad(o.loss)\n_ = do(0.5)")
+    deleted = ip.count
+    ip.run("del o")
+    assert entry("grad(o.loss)")["state"] == "stale"
+    assert reasons("grad(o.loss)") == f"o.loss deleted in cell [{deleted}]"
+    ip.run("o = Model()")
+    assert ip.run("do(0.5)") == autograd.grad(ip.ns["o"].loss)(0.5)

@@ -132,9 +132,11 @@ def target_for(fun: Any, frame: FrameType | None) -> Target:
 
 
 def target_in(ns: dict[str, Any], expression: str, fun: Any) -> Target:
-    """The target for ``expression`` (``f``, ``model.loss``) evaluated in ``ns`` (``%grad``)."""
+    """The target for ``expression`` evaluated in ``ns`` (``%grad``): the name, for a
+    plain name that still means ``fun``; else ``fun`` itself. (``model.loss`` is read
+    once, as Python reads a call's callee: a property may answer otherwise next time.)"""
     path = _path(expression)
-    target = _follow(ns, path, fun) if path is not None else None
+    target = _follow(ns, path, fun) if path is not None and len(path) == 1 else None
     return target or FixedTarget(fun, expression)
 
 

@@ -164,7 +164,7 @@ class Watch:
 
 def _bindings(entry: Entry) -> dict[Binding, tuple[dict[str, Any], str, set[str]]]:
     """The bindings a fresh entry reads through, with the subjects read through each:
-    its target's name (the subject is the target, unless followed by attributes) and
+    its target's name (the subject is that name, ``model`` of ``model.loss``) and
     each global its variants' guards read from a namespace (the root node's label)."""
     found: dict[Binding, tuple[dict[str, Any], str, set[str]]] = {}
     for variant in entry.variants:
@@ -176,8 +176,7 @@ def _bindings(entry: Entry) -> dict[Binding, tuple[dict[str, Any], str, set[str]
     if isinstance(target, NameTarget):
         key = Binding(id(target.ns), target.name)
         subjects = found.setdefault(key, (target.ns, target.name, set()))[2]
-        if not target.attrs:
-            subjects.add(target.label)
+        subjects.add(target.name)  # (``model`` of ``model.loss``: the name that moved)
     return found
 
 

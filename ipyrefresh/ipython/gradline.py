@@ -62,7 +62,10 @@ class GradCall:
 
 
 def _eval(node: ast.expr, ns: dict[str, Any], what: str) -> Any:
-    code = compile(ast.Expression(node), "<%grad>", "eval")
+    try:
+        code = compile(ast.Expression(node), "<%grad>", "eval")
+    except SyntaxError as exc:  # (parsed, but not an expression eval runs: await, yield)
+        raise GradLineError(f"could not compile {what!r}: {exc.msg}") from None
     try:
         return eval(code, ns)
     except NameError as exc:
@@ -103,10 +106,20 @@ def parse_call(expr: str, ns: dict[str, Any]) -> GradCall:
             value = _eval(kw.value, ns, ast.unparse(kw.value))
             if type(value) is not dict:
                 raise GradLineError(f"**{ast.unparse(kw.value)} is not a dict")
-            kwargs.update(value)
+            for key, item in value.items():
+                _keyword(kwargs, key, item)
         else:
-            kwargs[kw.arg] = _eval(kw.value, ns, ast.unparse(kw.value))
+            _keyword(kwargs, kw.arg, _eval(kw.value, ns, ast.unparse(kw.value)))
     return GradCall(fn, name, tuple(args), kwargs)
+
+
+def _keyword(kwargs: dict[str, Any], name: Any, value: Any) -> None:
+    """One keyword argument, refused where Python's call would refuse it."""
+    if type(name) is not str:
+        raise GradLineError(f"keywords must be strings, not {type(name).__name__}")
+    if name in kwargs:
+        raise GradLineError(f"keyword argument repeated: {name}")
+    kwargs[name] = value
 
 
 def check_inputs(call: GradCall, argnum: int | tuple[int, ...]) -> None:
