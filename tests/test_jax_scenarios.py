@@ -2140,3 +2140,57 @@ w = jnp.array([0.5, 1.0])
     assert entry["runs"] == ["unjitted JAX"], entry
     jp.run("def act(z): return jnp.sin(z)")
     check(jp, "dl(w)", "jax.disable_jit()(jax.grad(loss))(w)", times=3, what="after act changed")
+
+
+# -- hunt 18 --------------------------------------------------------------------------------
+
+
+def test_registering_a_pytree_class_after_a_build_is_seen(jp: Shell) -> None:
+    """Registering a class as a pytree (or as static) changes how the objects the code
+    flattens are traced, in JAX's C registry, with no Python change a guard could see:
+    the handles answered for the old registry, status() fresh."""
+    jp.run(
+        "class Foo:\n    def __init__(self, v): self.v = v\n"
+        "foo = Foo(jnp.array(2.0))\n"
+        "def f(x): return jnp.sum(x) * len(jax.tree_util.tree_leaves([x, foo]))\n"
+        "df, jf = rj.grad(f), rj.jit(f)"
+    )
+    # (The oracle's jax.jit is new each time: plain JAX's own cache is as stale.)
+    grad_check(jp, "df", "f")
+    check(jp, "jf(x)", "jax.jit(lambda x: f(x))(x)")
+    jp.run(
+        "jax.tree_util.register_pytree_node(Foo, lambda o: ((o.v,) * 3, None), "
+        "lambda a, c: Foo(c[0]))"
+    )
+    assert {e["state"] for e in status_of(jp, "df") + status_of(jp, "jf")} == {"stale"}
+    grad_check(jp, "df", "f")
+    check(jp, "jf(x)", "jax.jit(lambda x: f(x))(x)")
+
+
+def test_a_keyword_argument_named_self(jp: Shell) -> None:
+    jp.run("def f(x, self=1.0): return jnp.sum(x ** 2) * self\ndf, jf = rj.grad(f), rj.jit(f)")
+    check(jp, "df(x, self=2.0)", "jax.grad(f)(x, self=2.0)")
+    check(jp, "jf(x, self=jnp.array(2.0))", "jax.jit(f)(x, self=jnp.array(2.0))")
+
+
+def test_an_rj_jit_that_falls_back_still_runs_as_jax_jit(jp: Shell) -> None:
+    """A step that prints runs a fresh jax.jit at every call, not its bare Python: its
+    arguments are tracers (not the caller's numpy array, which ``b.sort()`` would sort in
+    place), and its outputs JAX arrays of jax.jit's dtypes."""
+    jp.run(
+        "def step(x, a, b):\n"
+        "    print('step runs')\n"
+        "    k = 2.0 if isinstance(a, float) else 3.0\n"
+        "    b.sort()\n"
+        "    return x * k + b.mean() * 1e-3, a, 0.1\n"
+        "j = rj.jit(step)"
+    )
+    for _ in range(3):
+        jp.run("B = onp.array([3.0, 1.0, 2.0])")
+        got = jp.run("j(x, 1.0, B)")
+        assert onp.array_equal(jp.ns["B"], onp.array([3.0, 1.0, 2.0]))
+        want = jp.run("jax.jit(step)(x, 1.0, onp.array([3.0, 1.0, 2.0]))")
+        assert [(type(g), g.dtype) for g in got] == [(type(w), w.dtype) for w in want]
+        assert not differ(got, want)
+    (state,) = status_of(jp, "j")
+    assert "prints" in state["fallback"]

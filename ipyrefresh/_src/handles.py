@@ -97,7 +97,7 @@ class Derivative:
         self._hot: Entry | None = None
         self._told_traced = False  # warned that the user's own jax.jit traces this handle
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         fn = self.target.resolve()
         backend = self.backend or self._engine.config.backend
         if backend == "jax" and not self._told_traced and _traced_by_jax(args):

@@ -40,6 +40,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax._src import tree_util as _jax_tree_util
 from jax._src.array import ArrayImpl as _ArrayImpl
 
 from ..code import unread_arguments
@@ -93,8 +94,24 @@ TRANSFORMS: dict[Transform, Callable[..., Any]] = {
 
 
 def reference(fn: Any, request: Request, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """A fresh, unjitted JAX computation: what the "jax" compiler must agree with."""
-    return TRANSFORMS[request.transform](fn, request.argnum)(*args, **kwargs)
+    """A fresh JAX computation: what the "jax" compiler must agree with (unjitted for a
+    derivative; for ``rj.jit``, a new ``jax.jit`` with its options, traced afresh in the
+    caller's context)."""
+    return _fresh(fn, request)(*args, **kwargs)
+
+
+def _fresh(fn: Any, request: Request) -> Callable[..., Any]:
+    if request.transform is Transform.JIT:
+        options = request.options
+        jitted: Callable[..., Any] = jax.jit(
+            fn,
+            static_argnums=options.get("static_argnums"),
+            static_argnames=options.get("static_argnames"),
+            donate_argnums=options.get("donate_argnums", ()),
+        )
+        return jitted
+    transformed: Callable[..., Any] = TRANSFORMS[request.transform](fn, request.argnum)
+    return transformed
 
 
 def _is_static(x: Any) -> bool:
@@ -153,6 +170,14 @@ def _config_guard() -> list[Any]:
             continue
         reader = FixedReader(functools.partial(getattr, jax.config, name))
         out.append((reader, Scalar(f"jax.config.{name}", value)))
+    # The pytree classes JAX knows: registering one (``register_pytree_node``,
+    # ``register_static``, ``register_dataclass``) changes how a traced value flattens,
+    # in JAX's C registry, with no Python-level change a guard could see. JAX's Python
+    # mirror of that registry only grows (a class is registered once).
+    registry = getattr(_jax_tree_util, "_registry", None)
+    if type(registry) is dict:
+        reader = FixedReader(functools.partial(len, registry))
+        out.append((reader, Scalar("JAX's registered pytree classes", len(registry))))
     return out
 
 
@@ -609,18 +634,19 @@ class JaxCompiler:
         return request.transform is not Transform.JIT
 
     def fallback(self, request: Request, guard: Guard, why: str) -> Variant:
-        op = TRANSFORMS[request.transform]
-        argnum = request.argnum
         guard.add(_config_guard())  # (a debugging setting turned off again: build then)
         # One context while the guard holds: fresh traces of jitted callees and scan
         # bodies, kept between calls. A guard that misses some of what the code reads
         # cannot tell when those traces go stale: then every call gets a context of its own.
-        kept = None if guard.unguardable else self._context()
+        # So does every call of an ``rj.jit`` that falls back (it prints, draws, reads what
+        # cannot be checked): a fresh ``jax.jit`` traces it, and runs its effects, anew.
+        fresh_each_call = bool(guard.unguardable) or request.transform is Transform.JIT
+        kept = None if fresh_each_call else self._context()
         new_context = self._context
 
         def run(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             context = kept if kept is not None else new_context()
             with context():
-                return op(fn, argnum)(*args, **kwargs)
+                return _fresh(fn, request)(*args, **kwargs)
 
         return PythonVariant(run, guard, why, "unjitted JAX")
