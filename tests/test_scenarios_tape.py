@@ -1030,6 +1030,32 @@ k = Layer('dense', 1.0)
             assert_same(got, want, step)
 
 
+@pytest.mark.parametrize("kind", ["slots", "identity"])
+def test_differentiated_dict_keys_with_slots_or_plain_identity(nb: Shell, kind: str) -> None:
+    """The same with keys whose state is in ``__slots__`` (no instance dict to print) and
+    keys of a class without ``__eq__`` (hashed by identity): their class's attributes, read
+    through the key, were seen only when one of the class's methods ran during the build,
+    which on Python 3.10 the recorder could not tie to the class (CI caught it there)."""
+    body = "__slots__ = ('name', 'w')\n    " if kind == "slots" else ""
+    eq = (
+        "    def __eq__(self, other):\n        return other.name == self.name\n"
+        "    def __hash__(self):\n        return hash(self.name)\n"
+        if kind == "slots"
+        else ""
+    )
+    nb.run(
+        f"class Key:\n    {body}scale = 1.0\n"
+        "    def __init__(self, name, w):\n        self.name, self.w = name, w\n"
+        f"{eq}"
+        "def f(p):\n    return sum(np.sum(v ** 2) * k.w * k.scale for k, v in p.items())\n"
+        "a = onp.array([0.1, 0.2])\nk = Key('dense', 1.0)\ndf = grad(f)"
+    )
+    for step in ["pass", "pass", "Key.scale = 5.0", "k.w = 3.0", "pass", "k = Key('dense', 2.0)"]:
+        nb.run(step)
+        got, want = nb.run("df({k: a})[k], autograd.grad(f)({k: a})[k]")
+        assert_same(got, want, step)
+
+
 @pytest.mark.parametrize("tr", ["grad", "hessian", "value_and_grad", "jacobian"])
 def test_a_print_mid_run_then_branches_and_caught_errors(nb: Shell, capsys: Any, tr: str) -> None:
     """The tape stops recording at a run's first effect (the build runs plain autograd for

@@ -123,9 +123,12 @@ def key_print(k: Any) -> Hashable:
         return (t, *(key_print(v) for v in k))
     if isinstance(k, np.generic):
         return (t, k.tobytes())
-    attrs = None if isinstance(k, enum.Enum) else attributes(k)
-    if attrs is None:
+    if isinstance(k, enum.Enum):
         return (t, k)
+    attrs = attributes(k)
+    if attrs is None:
+        # Slots hold state no print here reads: such a key matches no other call's.
+        return (t, k, _Unequal()) if _has_slots(t) else (t, k)
     # An object with attributes (a user's class with its own ``__eq__`` and ``__hash__``):
     # a dict finds an equal key, but the code may read what the equality ignores.
     try:
@@ -158,6 +161,16 @@ def _attributes_print(value: Any, reach: Reach, depth: int) -> Hashable:
 def _check_length(value: Any, reach: Reach) -> None:
     if reach.length is not None and len(value) > reach.length:
         raise Unprintable
+
+
+def _has_slots(cls: type) -> bool:
+    """Instances of ``cls`` keep attributes in ``__slots__`` (beyond ``__weakref__``)."""
+    for c in type.__dict__["__mro__"].__get__(cls):
+        slots = type.__dict__["__dict__"].__get__(c).get("__slots__", ())
+        names = (slots,) if isinstance(slots, str) else slots
+        if any(n not in ("__weakref__", "__dict__") for n in names):
+            return True
+    return False
 
 
 def attributes(value: Any) -> dict[str, Any] | None:

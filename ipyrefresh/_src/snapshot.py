@@ -235,6 +235,11 @@ class Walker:
         for i in argnums:
             if i < len(args):
                 self.guard.args.append((ArgReader(i), Like(f"argument {i}", args[i])))
+                # The classes of a differentiated dict's object keys: the signature holds
+                # each key and the print of its instance dict, not its class's attributes
+                # (``Layer.scale``), which the code may read through the key.
+                for cls in _key_classes(args[i]):
+                    self.klass(cls, f"{_type_name(cls)} (a key of argument {i})")
 
     def global_name(
         self, globs: Mapping[str, Any], name: str, label: str, builtin: bool = True
@@ -634,6 +639,25 @@ class Walker:
             # when it changes.
             raise Unguardable(f"{label} ({_type_name(cls)}) has state ipyrefresh cannot read")
         return Instance(label, obj, descr, attrs, tuple(slots))
+
+
+def _key_classes(value: Any, depth: int = 0) -> list[type]:
+    """The classes of the keys of the dicts in a differentiated argument (dicts, lists and
+    tuples of them), other than scalars'."""
+    t = type(value)
+    found: list[type] = []
+    if depth > 32:
+        return found
+    if t is dict:
+        found += [type(k) for k in value if not is_scalar(k)]
+        items: Any = value.values()
+    elif t is list or t is tuple:
+        items = value
+    else:
+        return found
+    for item in items:
+        found += _key_classes(item, depth + 1)
+    return list(dict.fromkeys(found))
 
 
 def _stateless(cls: type) -> bool:
