@@ -1056,6 +1056,20 @@ def test_differentiated_dict_keys_with_slots_or_plain_identity(nb: Shell, kind: 
         assert_same(got, want, step)
 
 
+def test_differentiated_dict_keys_equal_with_state_in_c_slots(nb: Shell) -> None:
+    """``range(0, 3, 2) == range(0, 4, 2)`` (both are ``[0, 2]``) and they hash alike, but
+    code may read ``k.stop``: state a builtin keeps in member slots, like a user's
+    ``__slots__`` class, so such a key matches no other call's."""
+    nb.run(
+        "def f(p):\n    return sum(np.sum(v ** 2) * k.stop for k, v in p.items())\n"
+        "a = onp.array([0.1, 0.2])\ndf = grad(f)"
+    )
+    for key in ["range(0, 3, 2)"] * 2 + ["range(0, 4, 2)"] * 2 + ["range(0, 3, 2)"]:
+        got, want = nb.run(f"df({{{key}: a}}), autograd.grad(f)({{{key}: a}})")
+        assert_same(got, want, key)
+        assert [k.stop for k in got] == [k.stop for k in want], key
+
+
 @pytest.mark.parametrize("tr", ["grad", "hessian", "value_and_grad", "jacobian"])
 def test_a_print_mid_run_then_branches_and_caught_errors(nb: Shell, capsys: Any, tr: str) -> None:
     """The tape stops recording at a run's first effect (the build runs plain autograd for

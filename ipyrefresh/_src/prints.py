@@ -32,7 +32,7 @@ from .digest import array_digest
 class _Unequal:
     """Equal to nothing but itself: a key whose state has no print matches no other call's."""
 
-    __slots__ = ("__weakref__",)
+    __slots__ = ()
 
 
 class Unprintable(Exception):
@@ -128,7 +128,7 @@ def key_print(k: Any) -> Hashable:
     attrs = attributes(k)
     if attrs is None:
         # Slots hold state no print here reads: such a key matches no other call's.
-        return (t, k, _Unequal()) if _has_slots(t) else (t, k)
+        return (t, k, _Unequal()) if slot_members(t) else (t, k)
     # An object with attributes (a user's class with its own ``__eq__`` and ``__hash__``):
     # a dict finds an equal key, but the code may read what the equality ignores.
     try:
@@ -163,14 +163,15 @@ def _check_length(value: Any, reach: Reach) -> None:
         raise Unprintable
 
 
-def _has_slots(cls: type) -> bool:
-    """Instances of ``cls`` keep attributes in ``__slots__`` (beyond ``__weakref__``)."""
+def slot_members(cls: type) -> list[tuple[str, Any]]:
+    """The slot descriptors of ``cls`` and its bases (``__weakref__`` aside): state an
+    instance keeps outside any dict, read without running the class's own lookups."""
+    found = []
     for c in type.__dict__["__mro__"].__get__(cls):
-        slots = type.__dict__["__dict__"].__get__(c).get("__slots__", ())
-        names = (slots,) if isinstance(slots, str) else slots
-        if any(n not in ("__weakref__", "__dict__") for n in names):
-            return True
-    return False
+        for name, member in type.__dict__["__dict__"].__get__(c).items():
+            if type(member) is types.MemberDescriptorType and name != "__weakref__":
+                found.append((name, member))
+    return found
 
 
 def attributes(value: Any) -> dict[str, Any] | None:

@@ -91,6 +91,7 @@ from .nodes import (
     part,
     set_items,
 )
+from .prints import slot_members
 from .readers import ArgReader, CallReader, FixedReader, NameReader, Reader, TargetReader
 from .targets import Target
 
@@ -621,7 +622,7 @@ class Walker:
             if type(d) is dict:
                 attrs = self._map_labelled(d, lambda k: f"{label}.{k}")
         slots = []
-        for name, member in _slots(cls):
+        for name, member in slot_members(cls):
             try:
                 content = member.__get__(obj)
             except AttributeError:
@@ -748,15 +749,6 @@ def _dict_descriptor(cls: type) -> Any:
         if d is not None and type(d).__name__ == "getset_descriptor":
             return d
     return None
-
-
-def _slots(cls: type) -> list[tuple[str, Any]]:
-    found = []
-    for c in type.__dict__["__mro__"].__get__(cls):
-        for name, member in type.__dict__["__dict__"].__get__(c).items():
-            if type(member).__name__ == "member_descriptor" and name not in ("__weakref__",):
-                found.append((name, member))
-    return found
 
 
 def _user_function(value: Any) -> bool:
