@@ -1106,6 +1106,96 @@ x = onp.array([0.2, 0.9, -0.4])
     assert entry["runs"] == ["plain autograd"] and "print" in entry["fallback"], entry
 
 
+def test_after_an_effect_the_build_records_nothing_and_reruns_nothing(
+    nb: Shell, capsys: Any
+) -> None:
+    """A run that prints first (fluidsim's ``Running simulation...``) then does thousands
+    of ops: the build runs plain autograd for it, so its tape stops there. It kept every
+    op's value, checked every constant (4x the run for fluidsim), and at the end ran
+    again each primitive whose error the function caught: a user primitive that prints,
+    then raises, printed twice in the build."""
+    nb.run(
+        """
+from autograd.extend import primitive, defvjp
+@primitive
+def fussy(v):
+    print('fussy ran')
+    raise ValueError('no')
+defvjp(fussy, lambda ans, v: lambda g: g)
+def f(x):
+    print('starting')
+    y = x
+    for _ in range(200):
+        y = np.sin(y) * 1.01 + x
+    try:
+        y = fussy(y)
+    except ValueError:
+        y = y * 2.0
+    return np.sum(y ** 2)
+x = onp.array([0.2, 0.9, -0.4])
+"""
+    )
+    for point in ["x", "x * 2.0", "x"]:
+        capsys.readouterr()
+        nb.run(f"_got = grad(f)({point})")
+        mine = capsys.readouterr().out
+        nb.run(f"_want = autograd.grad(f)({point})")
+        theirs = capsys.readouterr().out
+        assert mine == theirs == "starting\nfussy ran\n", (mine, theirs)
+        assert_same(nb.ns["_got"], nb.ns["_want"], point)
+    (entry,) = [e for e in nb.run("ipyrefresh.status()")["entries"] if e["name"] == "grad(f)"]
+    assert entry["runs"] == ["plain autograd"] and "print" in entry["fallback"], entry
+    # What the build's trace kept: the root and nothing past the print.
+    from ipyrefresh._src.compilers.base import Request, Transform
+    from ipyrefresh._src.compilers.tape.compiler import TapeCompiler
+    from ipyrefresh._src.recorder import record
+
+    with record() as log:
+        traced = TapeCompiler().trace(nb.ns["f"], Request(Transform.GRAD, 0), (nb.ns["x"],), {})
+    assert log.effects and traced.compile is None and traced.primitives == [], traced
+    assert_same(traced.answer(), nb.run("autograd.grad(f)(x)"), "trace")
+    # Without the print, the same function compiles and replays.
+    nb.run(
+        "def f(x):\n    y = x\n    for _ in range(200):\n"
+        "        y = np.sin(y) * 1.01 + x\n    return np.sum(y ** 2)"
+    )
+    for point in ["x", "x", "x * 3.0"]:
+        got, want = nb.run(f"grad(f)({point}), autograd.grad(f)({point})")
+        assert_same(got, want, point)
+    (entry,) = [e for e in nb.run("ipyrefresh.status()")["entries"] if e["name"] == "grad(f)"]
+    assert entry["runs"] != ["plain autograd"], entry
+
+
+def test_a_caught_error_of_a_user_primitive_runs_it_once(nb: Shell) -> None:
+    """The build learnt which error a primitive raised (the function caught it) by
+    running it again: a user primitive that appends to a log, then raises, appended twice
+    in the build's run, where autograd appends once."""
+    nb.run(
+        """
+from autograd.extend import primitive, defvjp
+log = []
+@primitive
+def fussy(v):
+    log.append(1)
+    raise ValueError('no')
+defvjp(fussy, lambda ans, v: lambda g: g)
+def f(x):
+    y = np.sin(x) * 2.0
+    try:
+        y = fussy(y)
+    except ValueError:
+        y = y * 2.0
+    return np.sum(y ** 2)
+x = onp.array([0.2, 0.9, -0.4])
+"""
+    )
+    for point in ["x", "x * 2.0", "x"]:
+        nb.run("log.clear()")
+        got = nb.run(f"grad(f)({point})")
+        assert nb.ns["log"] == [1], point
+        assert_same(got, nb.run(f"autograd.grad(f)({point})"), point)
+
+
 # -- objects with nothing but their identity (3.13's typing.NamedTuple holds one) ----------
 
 

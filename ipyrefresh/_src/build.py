@@ -101,6 +101,8 @@ def run_build(
     if log.cut_short:
         info.notes = [*info.notes, "calls made after its first effect were not recorded"]
     why = traced.unsupported or "; ".join(effects) or unguardable
+    if not why and traced.compile is None:
+        why = "its trace stopped at an effect"  # (one its own recording did not see)
     if not why and not log.complete:
         why = f"could not record the calls it makes ({log.note})"
         guard.add([(TargetReader(), _RecorderBusy("the call recorder"))])

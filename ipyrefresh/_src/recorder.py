@@ -497,6 +497,13 @@ def _python_effect(frame: FrameType) -> None:
     _stop_if_decided()  # (3.12+: the hook is sys.monitoring's, and this does nothing)
 
 
+def effects_so_far() -> list[str]:
+    """The effects list of this thread's innermost recording, which grows as its run goes
+    on (a new empty list when nothing records here)."""
+    stack = _active()
+    return stack[-1][0].effects if stack else []
+
+
 def reset_if_idle() -> None:
     """Remove a recording left behind in this thread by an interrupted build.
 

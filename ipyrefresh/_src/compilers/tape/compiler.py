@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 from ...guard import Guard
+from ...recorder import effects_so_far
 from ..autograd import plain, reference
 from ..base import PythonVariant, Request, Traced, Transform, Variant
 from . import patches
@@ -109,7 +110,7 @@ class TapeCompiler:
         broken = patches.install()
         if broken:
             return Traced(reference(fn, request, args, kwargs), unsupported=broken)
-        tape = Tape()
+        tape = Tape(effects=effects_so_far())
         result = transform(request.transform, tape)(fn, request.argnum)(*args, **kwargs)
         tape.finish()
         # The arrays in plain containers, differentiated ones included (the guard's walk
@@ -125,7 +126,9 @@ class TapeCompiler:
             arrays.clear()
             return TapeVariant(tape, request, guard)
 
-        return Traced(result, compile_variant, tape.unsupported, prims)
+        # (a tape stopped at an effect holds part of the run: it never compiles)
+        compile = None if tape.effects else compile_variant
+        return Traced(result, compile, tape.unsupported, prims)
 
     def fallback(self, request: Request, guard: Guard, why: str) -> Variant:
         return PythonVariant(plain(request), guard, why, "plain autograd")

@@ -56,6 +56,8 @@ class _NotraceSpy:
         except (KeyError, IndexError, AttributeError, TypeError):
             _State.broken = "cannot read autograd's primitive call (unknown autograd version)"
             return True
+        if tape.stopped():  # (as autograd's own VJPNode answers)
+            return f in notrace_primitives[VJPNode]
         tape.keep_constants(argvals, kwargs, tuple(pos for pos, _ in boxed))
         if f not in notrace_primitives[VJPNode]:
             tape.pending.append((f, argvals, kwargs))  # its TapeNode takes it off, unless
@@ -81,7 +83,7 @@ class _NotraceSpy:
 def _traced_bool(self: Box) -> bool:
     result = bool(self._value)
     node = self._node
-    if type(node) is TapeNode:
+    if type(node) is TapeNode and not node.tape.stopped():
         node.tape.events.append(BoolGuard(node.slot, result, user_location(2)))
     return result
 

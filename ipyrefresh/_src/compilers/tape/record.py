@@ -108,6 +108,14 @@ class Tape:
     kept: dict[int, tuple[Any, Hashable]] = field(default_factory=dict)
     #: The differentiated argument's structure (types, lengths, keys, shapes) as traced.
     root: Hashable = None
+    #: The effects the build's recording has met so far (its own list: it grows while the
+    #: run goes on). One is enough for the build to run plain autograd.
+    effects: list[str] = field(default_factory=list)
+
+    def stopped(self) -> bool:
+        """Nothing of this tape will replay (an effect, or a note of what a replay cannot
+        do): the rest of the run is autograd's alone, recording and keeping nothing."""
+        return bool(self.unsupported or self.effects)
 
     def keep_constants(self, args: Any, kwargs: dict[str, Any], boxed: tuple[int, ...]) -> None:
         """Fingerprint the mutable constants among a primitive's arguments (once each),
@@ -186,6 +194,9 @@ class Tape:
         """The trace ended: calls that never completed raised errors the function caught;
         a constant changed after an op used it (a buffer refilled, a global changed and
         restored) leaves the tape one object for several values."""
+        if self.stopped():
+            self.pending.clear()  # (why those calls raised no longer matters)
+            return
         while self.pending:
             self._raised(self.pending.pop())
         changed = self.changed()
@@ -199,17 +210,18 @@ class Tape:
         and on an index the guard checks; any other error may depend on the values (a
         Cholesky factor, a singular matrix, numpy's error state, a user primitive's
         lookup of a key computed from ``x``): a replay of one run cannot stand for
-        another."""
+        another. Only autograd's indexing runs again, to learn which error it raised (any
+        other primitive's second run would repeat what it did: a print, an append)."""
         fun, argvals, kwargs = call
-        try:
-            with warnings.catch_warnings():  # (the user saw its warnings once already)
-                warnings.simplefilter("ignore")
-                fun.fun(*argvals, **kwargs)
-        except (IndexError, KeyError):
-            if fun is _ARRAY_GETITEM or fun is container_take:
+        if fun is _ARRAY_GETITEM or fun is container_take:
+            try:
+                with warnings.catch_warnings():  # (the user saw its warnings once already)
+                    warnings.simplefilter("ignore")
+                    fun.fun(*argvals, **kwargs)
+            except (IndexError, KeyError):
                 return
-        except Exception:
-            pass
+            except Exception:
+                pass
         self.note(f"the function catches an error raised by {_name_of(fun)}")
 
     def note(self, reason: str) -> None:
@@ -294,6 +306,11 @@ class TapeNode(VJPNode):
         tape = parents[0].tape
         self.tape = tape
         tape.completed(fun)
+        if tape.unsupported or tape.effects:  # (tape.stopped(), inlined: every op runs this)
+            # A 40,000-op simulation that prints first would otherwise record, check and
+            # keep every op's value for nothing.
+            self.slot = -1
+            return
         self.slot = tape.add(value)
         _check_constants(tape, fun, args, kwargs, parent_argnums)
         tape.events.append(
