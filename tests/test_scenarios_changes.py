@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as onp
 import pytest
 
 from .conftest import Shell
@@ -775,3 +776,120 @@ def test_a_followed_function_collected_and_rebound_to_none_is_a_clear_error(nb: 
     nb.run("fs = None\nfn = None\nimport gc\ngc.collect()")
     err = nb.run_error("dh(onp.array([1.0, 2.0]))")
     assert isinstance(err, TypeError) and "'fn' is not callable" in str(err), err
+
+
+# -- state kept outside an object's __dict__, changed in place (hunt 20) -------------------
+
+#: (setup defining ``f(x)`` and the objects it reads, the change). Each change keeps
+#: every object's identity; only state a guard did not look at moves.
+_OUTSIDE_DICT = {
+    "structured array fields renamed": (
+        "S = onp.array([(1.0, 5.0), (2.0, 7.0)], dtype=[('a', 'f8'), ('b', 'f8')])\n"
+        "def f(x):\n    return np.sum(x * S['a'])",
+        "S.dtype.names = ('b', 'a')",
+    ),
+    "record array read by attribute": (
+        "R = onp.rec.array([(1.0, 5.0), (2.0, 7.0)], dtype=[('a', 'f8'), ('b', 'f8')])\n"
+        "def f(x):\n    return np.sum(x * R.a)",
+        "R.dtype.names = ('b', 'a')",
+    ),
+    "numpy record": (
+        "V = onp.array([(1.0, 5.0)], dtype=[('a', 'f8'), ('b', 'f8')])[0]\n"
+        "def f(x):\n    return np.sum(x * V['a'])",
+        "V.dtype.names = ('b', 'a')",
+    ),
+    "function annotation read as data": (
+        "def g(v: 2.0):\n    return v\ndef f(x):\n    return np.sum(x * g.__annotations__['v'])",
+        "g.__annotations__['v'] = 3.0",
+    ),
+    "function renamed, name used as a key": (
+        "def g(v):\n    return v\nW = {'g': 2.0, 'h3': 7.0}\n"
+        "def f(x):\n    return np.sum(x * W[g.__name__])",
+        "g.__name__ = 'h3'",
+    ),
+    "docstring length": (
+        "def g(v):\n    'short'\n    return v\ndef f(x):\n    return np.sum(x * len(g.__doc__))",
+        "g.__doc__ = 'a much longer docstring'",
+    ),
+    "class renamed, dispatch on type(a).__name__": (
+        "class A:\n    pass\na = A()\nSC = {'A': 2.0, 'B': 5.0}\n"
+        "def f(x):\n    return np.sum(x * SC[type(a).__name__])",
+        "A.__name__ = 'B'",
+    ),
+    "module given a class with a property": (
+        "import types\ncfg = types.ModuleType('cfg')\ncfg.K = 2.0\n"
+        "class LiveConfig(types.ModuleType):\n    @property\n    def K(self):\n        return 5.0\n"
+        "def f(x):\n    return np.sum(x * cfg.K)",
+        "cfg.__class__ = LiveConfig",
+    ),
+    "a callable object patched into numpy, changed": (
+        "class Act:\n    def __init__(self, k):\n        self.k = k\n"
+        "    def __call__(self, v):\n        return self.k * np.tanh(v)\n"
+        "np.ipyrefresh_test_act = Act(2.0)\n"
+        "def f(x):\n    return np.sum(np.ipyrefresh_test_act(x))",
+        "np.ipyrefresh_test_act.k = 3.0",
+    ),
+    "a partial patched into numpy, its keywords changed": (
+        "import functools\ndef soft(v, beta=1.0):\n    return np.log1p(np.exp(beta * v)) / beta\n"
+        "np.ipyrefresh_test_soft = functools.partial(soft, beta=1.0)\n"
+        "def f(x):\n    return np.sum(np.ipyrefresh_test_soft(x))",
+        "np.ipyrefresh_test_soft.keywords['beta'] = 2.0",
+    ),
+    "deque subclass that iterates sorted, rotated": (
+        "import collections\nclass SortedView(collections.deque):\n"
+        "    def __iter__(self):\n        return iter(sorted(collections.deque.__iter__(self)))\n"
+        "Q = SortedView([1.0, 2.0, 3.0])\n"
+        "def f(x):\n    return np.sum(x * Q[0])",
+        "Q.rotate(1)",
+    ),
+    "deque re-initialised with another maxlen": (
+        "import collections\nQ = collections.deque([2.0], maxlen=3)\n"
+        "def f(x):\n    return np.sum(x * Q.maxlen)",
+        "Q.__init__([2.0], maxlen=5)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_OUTSIDE_DICT))
+def test_state_outside_the_dict_changed_in_place(nb: Shell, case: str) -> None:
+    """Structured dtypes (renamed in the array's own dtype object), a function's name,
+    doc and annotations, a class's name, a module's class, a user's callable in a
+    library's namespace, a deque's order and maxlen: each changed in place answered for
+    the old state on every call, with status() fresh."""
+    setup, change = _OUTSIDE_DICT[case]
+    nb.run(setup + "\nx = onp.array([0.3, 0.7])\ndf = grad(f)")
+    try:
+        check(nb, "df(x)", "autograd.grad(f)(x)", times=2, what=f"{case}, before")
+        before = nb.run("autograd.grad(f)(x)")
+        nb.run(change)
+        assert not onp.array_equal(nb.run("autograd.grad(f)(x)"), before), "no change to see"
+        status_then_call(nb, "df", "df(x)", "autograd.grad(f)(x)", case)
+        check(nb, "df(x)", "autograd.grad(f)(x)", times=3, what=case)
+    finally:
+        nb.run(
+            "np.__dict__.pop('ipyrefresh_test_act', None)\n"
+            "np.__dict__.pop('ipyrefresh_test_soft', None)"
+        )
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "function renamed, name used as a key",
+        "class renamed, dispatch on type(a).__name__",
+        "module given a class with a property",
+        "deque re-initialised with another maxlen",
+    ],
+)
+def test_state_outside_the_dict_changed_in_place_jax(nb: Shell, case: str) -> None:
+    """The same guards serve JAX handles (``rj.grad`` answered stale for these too)."""
+    pytest.importorskip("jax")
+    import re
+
+    setup, change = _OUTSIDE_DICT[case]
+    nb.run("import jax, jax.numpy as jnp\nimport ipyrefresh.jax as rj")
+    nb.run(re.sub(r"\bnp\.", "jnp.", setup) + "\nx = jnp.array([0.3, 0.7])\ndf = rj.grad(f)")
+    for step in ["pass", "pass", change, "pass", "pass"]:
+        nb.run(step)
+        got, want = nb.run("df(x), jax.grad(f)(x)")
+        assert onp.array_equal(onp.asarray(got), onp.asarray(want)), (case, step, got, want)

@@ -7,6 +7,8 @@ array a derivative reads costs less than the derivative's own pass over it.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
@@ -28,3 +30,15 @@ def buffer_digest(obj: Any) -> int:
     if not view.c_contiguous:
         return _hash(view.tobytes())
     return _hash(view.cast("B") if view.ndim != 1 or view.format != "B" else view)
+
+
+def frozen_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """``dtype`` as it is now. A structured dtype is mutable (``a.dtype.names = ('b',
+    'a')`` renames fields in place, in the array's own dtype object): it is copied."""
+    return copy.deepcopy(dtype) if dtype.names is not None else dtype
+
+
+def dtype_print(dtype: np.dtype[Any]) -> Hashable:
+    """A dtype as a value: its type string, and a structured dtype's fields by name
+    (``|V16`` for any two float fields, whatever their names)."""
+    return dtype.str if dtype.names is None else (dtype.str, str(dtype.descr))

@@ -44,6 +44,7 @@ from .nodes import (
     Like,
     Map,
     Mismatch,
+    Module,
     Node,
     Primitive,
     Rule,
@@ -51,7 +52,9 @@ from .nodes import (
     ScalarSeq,
     Seq,
     class_keys,
+    class_names,
     iterate,
+    maxlen,
     same_scalar,
     same_scalars,
 )
@@ -76,6 +79,7 @@ class _Emitter:
             "GONE": GONE,
             "_dget": dict.get,
             "_iterate": iterate,
+            "_maxlen": maxlen,
             "_tuple": tuple,
             "_type": type,
             "_len": len,
@@ -89,6 +93,7 @@ class _Emitter:
             "_keys": tuple,
             "_class_keys": class_keys,
             "_mro": type.__dict__["__mro__"].__get__,
+            "_class_names": class_names,
             "_class_dict": type.__dict__["__dict__"].__get__,
         }
         self.lines: list[str] = []
@@ -164,6 +169,13 @@ def _identity(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     e.fail(f"{v} is not {e.const(node.ref)}()", e.node_fail(node, v, arg, node.kind))
 
 
+def _module(e: _Emitter, node: Node, v: str, arg: bool) -> None:
+    assert isinstance(node, Module)
+    e.fail(f"{v} is not {e.const(node.ref)}()", e.node_fail(node, v, arg, ChangeKind.REBOUND))
+    changed = e.mismatch(node, ChangeKind.CLASS_CHANGED, arg)
+    e.fail(f"_type({v}) is not {e.const(node.cls)}", changed)
+
+
 def _primitive(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     assert isinstance(node, Primitive)
     e.fail(f"{v} is not {e.const(node.ref)}()", e.node_fail(node, v, arg, ChangeKind.REDEFINED))
@@ -182,6 +194,14 @@ def _function(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     e.fail(f"{v} is not {e.const(node.ref)}()", e.node_fail(node, v, arg, ChangeKind.REDEFINED))
     code = e.const(node.code)
     e.fail(f"{v}.__code__ is not {code}", e.mismatch(node, ChangeKind.CODE_CHANGED, arg))
+    names = [e.const(n) for n in node.names]
+    attributes = e.mismatch(node, ChangeKind.ATTRIBUTES_CHANGED, arg)
+    e.fail(
+        f"{v}.__name__ is not {names[0]} or {v}.__qualname__ is not {names[1]} or "
+        f"{v}.__module__ is not {names[2]} or {v}.__doc__ is not {names[3]}",
+        attributes,
+    )
+    e.fail(f"not {e.const(node.annotations)}.holds({v}.__annotations__)", attributes)
     for attr, part in (("__defaults__", node.defaults), ("__kwdefaults__", node.kwdefaults)):
         if part is not None:
             w = e.var()
@@ -236,6 +256,7 @@ def _scalar_seq(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     assert isinstance(node, ScalarSeq)
     t, values = e.const(node.type), e.const(node.values)
     e.fail(f"_type({v}) is not {t}", e.node_fail(node, v, arg))
+    _maxlen(e, node, v, arg)
     items = v if node.type is tuple else f"_tuple(_iterate({v}))"
     e.fail(
         f"{v} is not {values} and not _same_all({items}, {values})",
@@ -243,11 +264,18 @@ def _scalar_seq(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     )
 
 
+def _maxlen(e: _Emitter, node: Seq | ScalarSeq, v: str, arg: bool) -> None:
+    if node.maxlen is not MISSING:
+        limit = e.const(node.maxlen)
+        e.fail(f"_maxlen({v}) != {limit}", e.mismatch(node, ChangeKind.MUTATED, arg))
+
+
 def _seq(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     assert isinstance(node, Seq)
     if len(node.items) > _UNROLL:
         return e.delegate(node, v, arg)
     e.fail(f"_type({v}) is not {e.const(node.type)}", e.node_fail(node, v, arg))
+    _maxlen(e, node, v, arg)
     items = e.var()
     e.line(f"{items} = _tuple(_iterate({v}))")
     e.fail(f"_len({items}) != {len(node.items)}", e.mismatch(node, ChangeKind.MUTATED, arg))
@@ -307,6 +335,11 @@ def _class(e: _Emitter, node: Node, v: str, arg: bool) -> None:
         + [f"{mro}[{i}] is not {e.const(ref)}()" for i, ref in enumerate(node.mro)]
     )
     e.fail(same, e.mismatch_at(node.label, ChangeKind.CLASS_CHANGED, arg))
+    names = e.const(node.names)
+    e.fail(
+        f"_class_names({v}) != {names}",
+        e.mismatch_at(node.label, ChangeKind.ATTRIBUTES_CHANGED, arg),
+    )
     for ref, dict_node in node.dicts:
         w = e.var()
         e.line(f"{w} = _class_dict({e.const(ref)}())")
@@ -331,6 +364,7 @@ _EMITTERS: dict[type, Callable[[_Emitter, Node, str, bool], None]] = {
     Absent: _absent,
     Scalar: _scalar,
     Identity: _identity,
+    Module: _module,
     Primitive: _primitive,
     Rule: _rule,
     Function: _function,

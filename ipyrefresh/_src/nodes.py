@@ -28,7 +28,7 @@ import numpy as np
 from autograd.core import primitive_vjps
 
 from .changes import ChangeKind
-from .digest import array_digest, buffer_digest
+from .digest import array_digest, buffer_digest, frozen_dtype
 from .keys import arg_signature
 
 
@@ -214,6 +214,24 @@ class Identity(Node):
         return None if value is self.ref() else self.fail(value, self.kind)
 
 
+class Module(Node):
+    """A module: the very same object, of the same class (``mod.__class__ = Live``, a
+    subclass with properties, makes ``mod.K`` answer from the class, not the module's
+    ``__dict__``, which is where a guard reads it)."""
+
+    __slots__ = ("cls", "ref")
+
+    def __init__(self, label: str, mod: Any) -> None:
+        super().__init__(label)
+        self.ref = Ref(mod)
+        self.cls = type(mod)
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if value is not self.ref():
+            return self.fail(value, ChangeKind.REBOUND)
+        return None if type(value) is self.cls else Mismatch(self.label, ChangeKind.CLASS_CHANGED)
+
+
 class JaxArray(Node):
     """A JAX array: immutable, so the very same object; but its buffer can be deleted
     (donated to a jitted call, ``x.delete()``), after which JAX refuses to read it."""
@@ -230,6 +248,37 @@ class JaxArray(Node):
         return Mismatch(self.label, ChangeKind.DELETED) if value.is_deleted() else None
 
 
+def function_names(fn: FunctionType) -> tuple[Any, Any, Any, Any]:
+    """What a function keeps outside its ``__dict__`` that code reads as data (dispatch on
+    ``f.__name__``, a docstring's length): compared by identity."""
+    return (fn.__name__, fn.__qualname__, fn.__module__, fn.__doc__)
+
+
+def same_names(fn: FunctionType, names: tuple[Any, Any, Any, Any]) -> bool:
+    return (
+        fn.__name__ is names[0]
+        and fn.__qualname__ is names[1]
+        and fn.__module__ is names[2]
+        and fn.__doc__ is names[3]
+    )
+
+
+class Annotations:
+    """A function's ``__annotations__`` dict, and the objects in it (by identity: they are
+    types and strings, or values code reads, ``g.__annotations__['scale']``)."""
+
+    __slots__ = ("items", "ref")
+
+    def __init__(self, ann: dict[str, Any]) -> None:
+        self.ref = Ref(ann)
+        self.items = tuple(dict.items(ann))
+
+    def holds(self, ann: Any) -> bool:
+        if ann is not self.ref() or dict.__len__(ann) != len(self.items):
+            return False
+        return all(dict.get(ann, k, MISSING) is v for k, v in self.items)
+
+
 class Function(Node):
     """A Python function: the same object, and the same code, defaults, closure cells,
     attributes (``__wrapped__``, function attributes) and autograd gradient rule.
@@ -238,7 +287,17 @@ class Function(Node):
     without rebinding any name, so identity alone would miss both.
     """
 
-    __slots__ = ("attrs", "cells", "code", "defaults", "kwdefaults", "ref", "rule")
+    __slots__ = (
+        "annotations",
+        "attrs",
+        "cells",
+        "code",
+        "defaults",
+        "kwdefaults",
+        "names",
+        "ref",
+        "rule",
+    )
 
     def __init__(
         self,
@@ -257,6 +316,8 @@ class Function(Node):
         self.cells = cells
         self.attrs = attrs
         self.rule = primitive_vjps.get(fn, MISSING)
+        self.names = function_names(fn)
+        self.annotations = Annotations(fn.__annotations__)
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
         if value is not self.ref():
@@ -264,6 +325,8 @@ class Function(Node):
         fn: FunctionType = value
         if fn.__code__ is not self.code:
             return Mismatch(self.label, ChangeKind.CODE_CHANGED)
+        if not same_names(fn, self.names) or not self.annotations.holds(fn.__annotations__):
+            return Mismatch(self.label, ChangeKind.ATTRIBUTES_CHANGED)
         if self.defaults is not None:
             bad = self.defaults.check(fn.__defaults__, deep)
             if bad is not None:
@@ -347,7 +410,7 @@ class Array(Node):
         super().__init__(label)
         self.type = type(arr)
         self.shape = arr.shape
-        self.dtype = arr.dtype
+        self.dtype = frozen_dtype(arr.dtype)
         self.strides = arr.strides
         self.digest = array_digest(arr)
         self.ref = Ref(arr) if identity else None
@@ -389,18 +452,22 @@ def _layout(obj: Any) -> tuple[str, int, tuple[int, ...] | None]:
 
 
 class ScalarSeq(Node):
-    """A list or tuple of scalars (a shape, a list of floats): type and values."""
+    """A list, tuple or deque of scalars (a shape, a list of floats): type and values,
+    and a deque's ``maxlen``."""
 
-    __slots__ = ("type", "values")
+    __slots__ = ("maxlen", "type", "values")
 
     def __init__(self, label: str, seq: Any) -> None:
         super().__init__(label)
         self.type = type(seq)
         self.values = tuple(_iterate(seq))
+        self.maxlen = maxlen(seq)
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
         if type(value) is not self.type:
             return self.fail(value)
+        if self.maxlen is not MISSING and maxlen(value) != self.maxlen:
+            return Mismatch(self.label, ChangeKind.MUTATED)
         items = tuple(_iterate(value)) if self.type is not tuple else value
         if not same_scalars(items, self.values):
             return Mismatch(self.label, ChangeKind.MUTATED)
@@ -408,18 +475,22 @@ class ScalarSeq(Node):
 
 
 class Seq(Node):
-    """A list, tuple, namedtuple or deque: exact type, length, and each element."""
+    """A list, tuple, namedtuple or deque: exact type, length, each element, and a
+    deque's ``maxlen``."""
 
-    __slots__ = ("items", "type")
+    __slots__ = ("items", "maxlen", "type")
 
     def __init__(self, label: str, seq: Any, items: tuple[Node, ...]) -> None:
         super().__init__(label)
         self.type = type(seq)
         self.items = items
+        self.maxlen = maxlen(seq)
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
         if type(value) is not self.type:
             return self.fail(value)
+        if self.maxlen is not MISSING and maxlen(value) != self.maxlen:
+            return Mismatch(self.label, ChangeKind.MUTATED)
         elems = tuple(_iterate(value))
         if len(elems) != len(self.items):
             return Mismatch(self.label, ChangeKind.MUTATED)
@@ -517,7 +588,7 @@ class Record(Node):
 
     def __init__(self, label: str, value: Any) -> None:
         super().__init__(label)
-        self.dtype = value.dtype
+        self.dtype = frozen_dtype(value.dtype)
         self.data = value.tobytes()
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
@@ -594,7 +665,19 @@ def _iterate(value: Any) -> Any:
         return tuple.__iter__(value)
     if isinstance(value, list):
         return list.__iter__(value)
-    return iter(value)  # a deque
+    if isinstance(value, collections.deque):
+        return _DEQUE_ITER(value)
+    return iter(value)
+
+
+_DEQUE_ITER = collections.deque.__iter__
+_DEQUE_MAXLEN = collections.deque.__dict__["maxlen"]
+
+
+def maxlen(value: Any) -> Any:
+    """A deque's ``maxlen`` (``deque.__init__`` sets it anew in place), MISSING for the
+    other sequences."""
+    return _DEQUE_MAXLEN.__get__(value) if isinstance(value, collections.deque) else MISSING
 
 
 class AllOf(Node):
@@ -694,21 +777,34 @@ class ClassDict(Node):
         return None
 
 
+_TYPE_NAME = type.__dict__["__name__"]
+_TYPE_QUALNAME = type.__dict__["__qualname__"]
+
+
+def class_names(cls: type) -> tuple[str, str]:
+    """A class's ``__name__`` and ``__qualname__`` (kept outside its ``__dict__``; read
+    past any metaclass property of the same name)."""
+    return (_TYPE_NAME.__get__(cls), _TYPE_QUALNAME.__get__(cls))
+
+
 class Class(Node):
     """A user class: the same object, the same base classes, and the same attributes
     (methods, properties, class data) in each user class of its MRO."""
 
-    __slots__ = ("dicts", "mro", "ref")
+    __slots__ = ("dicts", "mro", "names", "ref")
 
     def __init__(self, label: str, cls: type, dicts: tuple[tuple[type, Node], ...]) -> None:
         super().__init__(label)
         self.ref = Ref(cls)
         self.mro = tuple(Ref(c) for c in type.__dict__["__mro__"].__get__(cls))
         self.dicts = tuple((Ref(c), node) for c, node in dicts)
+        self.names = class_names(cls)
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
         if value is not self.ref():
             return self.fail(value, ChangeKind.REDEFINED)
+        if class_names(value) != self.names:  # (strings: ``A.__name__ = 'B'``)
+            return Mismatch(self.label, ChangeKind.ATTRIBUTES_CHANGED)
         mro = type.__dict__["__mro__"].__get__(value)
         if len(mro) != len(self.mro) or any(
             c is not r() for c, r in zip(mro, self.mro, strict=True)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from .digest import array_digest
+from .digest import array_digest, dtype_print
 
 
 class _Unequal:
@@ -79,16 +79,17 @@ def print_of(value: Any, reach: Reach, depth: int = 0) -> Hashable:
     if t is np.ndarray or (reach.wide and isinstance(value, np.ndarray)):
         if value.dtype.hasobject:
             raise Unprintable
-        return (t, value.shape, value.dtype.str, array_digest(np.asarray(value)))
+        return (t, value.shape, dtype_print(value.dtype), array_digest(np.asarray(value)))
     if isinstance(value, np.generic) and (reach.wide or t.__module__ == "numpy"):
         if value.dtype.hasobject:
             raise Unprintable
-        return (t, value.dtype.str, value.tobytes())
+        return (t, dtype_print(value.dtype), value.tobytes())
     if depth >= reach.depth:
         raise Unprintable
     if t in (_WIDE_SEQUENCES if reach.wide else _SEQUENCES):
         _check_length(value, reach)
-        return (t, tuple(print_of(v, reach, depth + 1) for v in value))
+        elems = tuple(print_of(v, reach, depth + 1) for v in value)
+        return (t, elems, value.maxlen) if t is collections.deque else (t, elems)
     if t is dict:
         _check_length(value, reach)
         if not reach.wide and any(type(k) is not str for k in value):

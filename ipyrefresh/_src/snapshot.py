@@ -72,6 +72,7 @@ from .nodes import (
     Map,
     Method,
     Mismatch,
+    Module,
     Node,
     Primitive,
     Record,
@@ -574,7 +575,7 @@ class Walker:
                 if type(key) is str and not (key.startswith("__") and key.endswith("__")):
                     self.global_name(ns, key, f"{prefix}.{key}")
             self.global_name(ns, "__getattr__", f"{prefix}.__getattr__", builtin=False)
-        return Identity(label, mod)
+        return Module(label, mod)
 
     def klass(self, cls: type, label: str) -> Node:
         if _patchable(cls):
@@ -751,9 +752,20 @@ def _dict_descriptor(cls: type) -> Any:
     return None
 
 
-def _user_function(value: Any) -> bool:
-    """A function of the user's put into a library's namespace (a monkeypatch)."""
-    return type(value) is FunctionType and codefacts.is_user_code(value.__code__)
+def _user_function(value: Any, depth: int = 0) -> bool:
+    """A callable of the user's put into a library's namespace (a monkeypatch): a function,
+    a method of one, a partial of one, or an instance of a user's class (``np.act =
+    Act(2.0)``; code may change its state in place, ``np.act.k = 3.0``)."""
+    t = type(value)
+    if t is FunctionType:
+        return codefacts.is_user_code(value.__code__)
+    if depth > 8:
+        return False
+    if t is MethodType:
+        return _user_function(value.__func__, depth + 1)
+    if t is functools.partial:
+        return _user_function(value.func, depth + 1)
+    return _is_user_class(t)
 
 
 def _library_namespace(ns: dict[str, Any]) -> bool:
