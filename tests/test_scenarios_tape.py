@@ -1106,24 +1106,17 @@ x = onp.array([0.2, 0.9, -0.4])
     assert entry["runs"] == ["plain autograd"] and "print" in entry["fallback"], entry
 
 
-def test_after_an_effect_the_build_records_nothing_and_reruns_nothing(
-    nb: Shell, capsys: Any
-) -> None:
-    """A run that prints first (fluidsim's ``Running simulation...``) then does thousands
-    of ops: the build runs plain autograd for it, so its tape stops there. It kept every
-    op's value, checked every constant (4x the run for fluidsim), and at the end ran
-    again each primitive whose error the function caught: a user primitive that prints,
-    then raises, printed twice in the build."""
-    nb.run(
-        """
+#: A user primitive with an effect that raises, caught by a function of 200 ops (after
+#: ``first``).
+_FUSSY = """
 from autograd.extend import primitive, defvjp
 @primitive
 def fussy(v):
-    print('fussy ran')
+    {effect}
     raise ValueError('no')
 defvjp(fussy, lambda ans, v: lambda g: g)
 def f(x):
-    print('starting')
+    {first}
     y = x
     for _ in range(200):
         y = np.sin(y) * 1.01 + x
@@ -1134,7 +1127,17 @@ def f(x):
     return np.sum(y ** 2)
 x = onp.array([0.2, 0.9, -0.4])
 """
-    )
+
+
+def test_after_an_effect_the_build_records_nothing_and_reruns_nothing(
+    nb: Shell, capsys: Any
+) -> None:
+    """A run that prints first (fluidsim's ``Running simulation...``) then does thousands
+    of ops: the build runs plain autograd for it, so its tape stops there. It kept every
+    op's value, checked every constant (4x the run for fluidsim), and at the end ran
+    again each primitive whose error the function caught: a user primitive that prints,
+    then raises, printed twice in the build."""
+    nb.run(_FUSSY.format(effect="print('fussy ran')", first="print('starting')"))
     for point in ["x", "x * 2.0", "x"]:
         capsys.readouterr()
         nb.run(f"_got = grad(f)({point})")
@@ -1170,25 +1173,7 @@ def test_a_caught_error_of_a_user_primitive_runs_it_once(nb: Shell) -> None:
     """The build learnt which error a primitive raised (the function caught it) by
     running it again: a user primitive that appends to a log, then raises, appended twice
     in the build's run, where autograd appends once."""
-    nb.run(
-        """
-from autograd.extend import primitive, defvjp
-log = []
-@primitive
-def fussy(v):
-    log.append(1)
-    raise ValueError('no')
-defvjp(fussy, lambda ans, v: lambda g: g)
-def f(x):
-    y = np.sin(x) * 2.0
-    try:
-        y = fussy(y)
-    except ValueError:
-        y = y * 2.0
-    return np.sum(y ** 2)
-x = onp.array([0.2, 0.9, -0.4])
-"""
-    )
+    nb.run("log = []\n" + _FUSSY.format(effect="log.append(1)", first="pass"))
     for point in ["x", "x * 2.0", "x"]:
         nb.run("log.clear()")
         got = nb.run(f"grad(f)({point})")
