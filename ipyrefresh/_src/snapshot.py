@@ -262,7 +262,7 @@ class Walker:
                 node: Node = self.klass(value, label)  # (a library's class can be patched)
             elif _namespace_reader(value):  # builtins.globals, sys._getframe
                 raise Unguardable(f"{label} reads a namespace by computed names")
-            elif callable(value) and _library_namespace(globs) and not _user_function(value):
+            elif callable(value) and _library_namespace(globs) and not _user_callable(value):
                 # jnp.sin, np.random.rand...: a library's own callables are what they are;
                 # their internals (caches, compiled traces) are not what user code reads.
                 # An autograd primitive's rule is part of it (``defvjp(np.cos, ...)``),
@@ -752,7 +752,7 @@ def _dict_descriptor(cls: type) -> Any:
     return None
 
 
-def _user_function(value: Any, depth: int = 0) -> bool:
+def _user_callable(value: Any, depth: int = 0) -> bool:
     """A callable of the user's put into a library's namespace (a monkeypatch): a function,
     a method of one, a partial of one, or an instance of a user's class (``np.act =
     Act(2.0)``; code may change its state in place, ``np.act.k = 3.0``)."""
@@ -762,9 +762,9 @@ def _user_function(value: Any, depth: int = 0) -> bool:
     if depth > 8:
         return False
     if t is MethodType:
-        return _user_function(value.__func__, depth + 1)
+        return _user_callable(value.__func__, depth + 1)
     if t is functools.partial:
-        return _user_function(value.func, depth + 1)
+        return _user_callable(value.func, depth + 1)
     return _is_user_class(t)
 
 
