@@ -4,8 +4,9 @@ Static analysis cannot see ``f = fs[k]; f(x)`` or ``getattr(mod, name)(x)``; run
 code can. While a derivative is built (one trace), every user code object entered is
 logged with its caller and globals, and calls with effects that a compiled replay would
 not repeat are noted: printing, file and stream I/O, the clock, OS entropy, Python's
-``random``. (numpy's generators are C code that no hook sees; the engine compares their
-state around the trace instead.) Python 3.10/3.11 use ``sys.setprofile``; 3.12+ use
+``random``, and reads of settings kept in C (the recursion limit, the locale, decimal
+contexts, context variables). (numpy's generators are C code that no hook sees; the
+engine compares their state around the trace instead.) Python 3.10/3.11 use ``sys.setprofile``; 3.12+ use
 ``sys.monitoring`` with a tool id of its own, so a profiler such as ``%prun`` can run at
 the same time. Only the thread that builds is recorded.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import contextvars
 import gc
 import importlib
 import importlib.util
@@ -135,6 +137,22 @@ _FUNCTIONS: dict[Any, str] = {
 }
 if hasattr(os, "getrandom"):
     _FUNCTIONS[os.getrandom] = "draws OS entropy"
+#: The interpreter's settings and counters, which no Python object the guard reads shows.
+_FUNCTIONS.update(
+    (f, f"reads the interpreter's state (sys.{f.__name__})")
+    for f in (
+        getattr(sys, n, None)
+        for n in (
+            "getrecursionlimit",
+            "getswitchinterval",
+            "get_int_max_str_digits",
+            "getrefcount",
+            "getallocatedblocks",
+            "is_finalizing",
+        )
+    )
+    if f is not None
+)
 if sys.version_info < (3, 12):  # (the call recorder's own hook; 3.12+ records otherwise)
     _FUNCTIONS[sys.setprofile] = "replaces the profile hook (sys.setprofile)"
 _DATETIME_NOW = {"now", "utcnow", "today", "fromtimestamp"}
@@ -151,6 +169,12 @@ _OS_PURE = frozenset({"fspath", "strerror", "major", "minor", "makedev"})
 _IO_MODULES = frozenset({"_io", "io", "sqlite3", "_sqlite3", "socket", "_socket", "ssl", "_ssl"})
 _IO_MODULES |= {"select", "mmap", "_dbm", "_gdbm", "dbm", "_multiprocessing", "_queue"}
 _WARN = frozenset({warnings.warn, warnings.warn_explicit})
+#: C modules whose functions compute with settings kept in C, per thread or process.
+_SETTINGS_MODULES = {
+    "_decimal": "computes with decimal numbers (their context is the thread's)",
+    "decimal": "computes with decimal numbers (their context is the thread's)",  # (<3.13)
+    "_locale": "reads the process's locale",
+}
 _PLAIN_OWNERS = frozenset({list, dict, tuple, set, frozenset, str, bytes, int, float, complex})
 
 
@@ -294,12 +318,19 @@ def _effect(fn: Any, owner: Any, caller: CodeType) -> str | None:
     found = _FUNCTIONS.get(fn)
     if found is not None:
         return found
-    if type(owner) is ModuleType and owner.__name__ in _OS_MODULES:
-        if fn.__name__ not in _OS_PURE:
-            return f"asks the operating system ({owner.__name__}.{fn.__name__})"
-        return None
+    if type(owner) is ModuleType:
+        if owner.__name__ in _OS_MODULES:
+            if fn.__name__ not in _OS_PURE:
+                return f"asks the operating system ({owner.__name__}.{fn.__name__})"
+            return None
+        return _SETTINGS_MODULES.get(owner.__name__)
     if isinstance(owner, random.Random):
         return "draws random numbers (random)"
+    if type(owner) is contextvars.ContextVar and fn.__name__ == "get":
+        # (numpy's print options are one: ``np.get_printoptions()``, ``array2string``)
+        return "reads a context variable (ContextVar.get)"
+    if type(owner).__module__ == "decimal":  # (a Decimal's or a Context's method)
+        return _SETTINGS_MODULES["decimal"]
     if type(owner) is np.ndarray and fn.__name__ == "tofile":
         return "writes files"
     if isinstance(owner, io.IOBase) or type(owner).__module__ in _IO_MODULES:
