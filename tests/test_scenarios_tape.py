@@ -1181,6 +1181,28 @@ def test_a_caught_error_of_a_user_primitive_runs_it_once(nb: Shell) -> None:
         assert_same(got, nb.run(f"autograd.grad(f)({point})"), point)
 
 
+def test_the_recursion_limit_read_by_a_library_keeps_the_tape(nb: Shell) -> None:
+    """``inspect.signature`` reads the recursion limit (``inspect.unwrap`` bounds its walk
+    by it): a bound, not data, so the tape replays. The function's own read of it is data
+    that no guard sees: that runs plain autograd (the change itself is tested with the
+    reads scenarios)."""
+    nb.run(
+        "import inspect, sys\n"
+        "def helper(a, b=2.0):\n    return a * b\n"
+        "def f(x):\n"
+        "    n = len(inspect.signature(helper).parameters)\n"
+        "    return np.sum(helper(x) ** 2) * n\n"
+        "def g(x):\n    return np.sum(x ** 2) * sys.getrecursionlimit()\n"
+        "x = onp.array([0.5, -1.5])"
+    )
+    for name in ("f", "g"):
+        check(nb, f"grad({name})(x)", f"autograd.grad({name})(x)", times=3)
+    entries = {e["name"]: e for e in nb.run("ipyrefresh.status()")["entries"]}
+    assert entries["grad(f)"]["runs"][0].startswith("tape"), entries["grad(f)"]
+    assert entries["grad(g)"]["runs"] == ["plain autograd"], entries["grad(g)"]
+    assert "sys.getrecursionlimit" in entries["grad(g)"]["fallback"], entries["grad(g)"]
+
+
 # -- objects with nothing but their identity (3.13's typing.NamedTuple holds one) ----------
 
 

@@ -6,9 +6,10 @@ logged with its caller and globals, and calls with effects that a compiled repla
 not repeat are noted: printing, file and stream I/O, the clock, OS entropy, Python's
 ``random``, and reads of settings kept in C (the recursion limit, the locale, decimal
 contexts, context variables). (numpy's generators are C code that no hook sees; the
-engine compares their state around the trace instead.) Python 3.10/3.11 use ``sys.setprofile``; 3.12+ use
-``sys.monitoring`` with a tool id of its own, so a profiler such as ``%prun`` can run at
-the same time. Only the thread that builds is recorded.
+engine compares their state around the trace instead.) Python 3.10/3.11 use
+``sys.setprofile``; 3.12+ use ``sys.monitoring`` with a tool id of its own, so a
+profiler such as ``%prun`` can run at the same time. Only the thread that builds is
+recorded.
 """
 
 from __future__ import annotations
@@ -138,8 +139,10 @@ _FUNCTIONS: dict[Any, str] = {
 if hasattr(os, "getrandom"):
     _FUNCTIONS[os.getrandom] = "draws OS entropy"
 #: The interpreter's settings and counters, which no Python object the guard reads shows.
-_FUNCTIONS.update(
-    (f, f"reads the interpreter's state (sys.{f.__name__})")
+#: Only user code's own calls count: libraries read them as bounds, not as data
+#: (``inspect.unwrap``, which ``inspect.signature`` calls, reads the recursion limit).
+_INTERPRETER: dict[Any, str] = {
+    f: f"reads the interpreter's state (sys.{f.__name__})"
     for f in (
         getattr(sys, n, None)
         for n in (
@@ -152,9 +155,7 @@ _FUNCTIONS.update(
         )
     )
     if f is not None
-)
-if sys.version_info < (3, 12):  # (the call recorder's own hook; 3.12+ records otherwise)
-    _FUNCTIONS[sys.setprofile] = "replaces the profile hook (sys.setprofile)"
+}
 _DATETIME_NOW = {"now", "utcnow", "today", "fromtimestamp"}
 #: C modules whose functions ask the operating system (files, directories, the working
 #: directory, processes, users, the terminal): a replay would keep the first answer.
@@ -169,6 +170,8 @@ _OS_PURE = frozenset({"fspath", "strerror", "major", "minor", "makedev"})
 _IO_MODULES = frozenset({"_io", "io", "sqlite3", "_sqlite3", "socket", "_socket", "ssl", "_ssl"})
 _IO_MODULES |= {"select", "mmap", "_dbm", "_gdbm", "dbm", "_multiprocessing", "_queue"}
 _WARN = frozenset({warnings.warn, warnings.warn_explicit})
+#: Module functions whose effect depends on who calls them (never noted as effect-free).
+_CALLER_MATTERS = frozenset({builtins.__import__, *_WARN, *_INTERPRETER})
 #: C modules whose functions compute with settings kept in C, per thread or process.
 _SETTINGS_MODULES = {
     "_decimal": "computes with decimal numbers (their context is the thread's)",
@@ -278,8 +281,8 @@ def _notrace_call(frame: FrameType) -> None:
 
 #: A module's C functions (``len``, ``isinstance``, numpy's) found to have no effect: the
 #: hooks' next look at one is a single lookup. Half the C calls of a JAX trace are these.
-#: (What a module function does cannot change; the caller matters only for the two kept
-#: out: ``__import__`` and ``warnings.warn``.) Cleared when full.
+#: (What a module function does cannot change; the caller matters only for those kept
+#: out, :data:`_CALLER_MATTERS`.) Cleared when full.
 _NO_EFFECT: dict[Any, None] = {}
 _NO_EFFECT_MAX = 10_000
 
@@ -295,7 +298,7 @@ def effect_of(fn: Any, caller: CodeType) -> str | None:
     if kind in _PLAIN_OWNERS:  # list.append, dict.get...: the most common C calls
         return None
     what = _effect(fn, owner, caller)
-    if what is None and kind is ModuleType and fn is not builtins.__import__ and fn not in _WARN:
+    if what is None and kind is ModuleType and fn not in _CALLER_MATTERS:
         if len(_NO_EFFECT) >= _NO_EFFECT_MAX:
             _NO_EFFECT.clear()
         _NO_EFFECT[fn] = None
@@ -315,6 +318,8 @@ def _effect(fn: Any, owner: Any, caller: CodeType) -> str | None:
         return "imports by calling __import__" if is_user_code(caller) else None
     if fn in _WARN:  # (whatever the filters say now: a replay would not warn at all)
         return "warns (warnings.warn)" if is_user_code(caller) else None
+    if fn in _INTERPRETER:
+        return _INTERPRETER[fn] if is_user_code(caller) else None
     found = _FUNCTIONS.get(fn)
     if found is not None:
         return found
