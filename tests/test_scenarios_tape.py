@@ -768,6 +768,31 @@ def test_print_runs_every_call(anynb: Shell, capsys: Any, tr: str) -> None:
     assert mine == capsys.readouterr().out.count("f ran")
 
 
+@pytest.mark.parametrize("start", ["threading.Thread", "ThreadPoolExecutor"])
+def test_effects_in_a_thread_the_function_starts_run_every_call(
+    anynb: Shell, capsys: Any, start: str
+) -> None:
+    """What runs in another thread is not recorded: starting one (or handing work to a
+    pool's thread) makes the derivative run plain autograd, so its print (or clock
+    reading, or anything else a replay would skip) happens at every call."""
+    body = {
+        "threading.Thread": "    t = threading.Thread(target=say)\n    t.start()\n    t.join()\n",
+        "ThreadPoolExecutor": (
+            "    with ThreadPoolExecutor(1) as pool:\n        pool.submit(say).result()\n"
+        ),
+    }[start]
+    anynb.run(
+        "import threading\nfrom concurrent.futures import ThreadPoolExecutor\n"
+        "def say():\n    print('f ran')\n"
+        f"def f(x):\n{body}    return np.sum(x ** 3)\n"
+        "dh = grad(f)\nx = np.ones(2)"
+    )
+    capsys.readouterr()
+    anynb.run("for _ in range(4):\n    _ = dh(x)")
+    assert capsys.readouterr().out.count("f ran") == 4
+    check(anynb, "dh(x)", "autograd.grad(f)(x)")
+
+
 def test_reads_a_file_that_changes_on_disk(anynb: Shell, tmp_path: Any) -> None:
     path = tmp_path / "w.npy"
     anynb.run(

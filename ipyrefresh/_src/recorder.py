@@ -14,6 +14,7 @@ recorded.
 
 from __future__ import annotations
 
+import _thread
 import builtins
 import contextlib
 import contextvars
@@ -104,6 +105,7 @@ class CallLog:
 
 # -- which calls have effects ----------------------------------------------------------------
 
+_THREAD_STARTS = ("start_new_thread", "start_new", "start_joinable_thread")
 _CLOCK = {
     getattr(time, n)
     for n in (
@@ -138,6 +140,12 @@ _FUNCTIONS: dict[Any, str] = {
 }
 if hasattr(os, "getrandom"):
     _FUNCTIONS[os.getrandom] = "draws OS entropy"
+#: What runs in a thread the function starts is not recorded (its reads, its effects).
+_FUNCTIONS.update(
+    (f, "starts a thread (what runs there is not recorded)")
+    for f in (getattr(_thread, n, None) for n in _THREAD_STARTS)
+    if f is not None
+)
 #: The interpreter's settings and counters, which no Python object the guard reads shows.
 #: Only user code's own calls count: libraries read them as bounds, not as data
 #: (``inspect.unwrap``, which ``inspect.signature`` calls, reads the recursion limit).
