@@ -8,6 +8,7 @@ The oracle is always a fresh autograd computation of the objects bound at that m
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -533,6 +534,48 @@ t.join()
 """
     )
     triples(anynb, "out")
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        "c = 3.0",
+        "L[0] = 3.0",
+        "W[0] = 3.0",
+        "def g(x):\n    return 3.0 * x",
+    ],
+    ids=["global_rebound", "list_item", "array_item", "callee_redefined"],
+)
+def test_another_thread_changes_what_a_build_read_before_its_guard_is_made(
+    anynb: Shell, monkeypatch: pytest.MonkeyPatch, write: str
+) -> None:
+    """A build runs the function, checks that what it read is as its first walk found
+    it, then walks again for the guard. Another thread's write landing between those
+    two (placed there deterministically: a real thread, started when the check returns)
+    went into the guard while the tape kept the old value: stale for good, "fresh"."""
+    from ipyrefresh._src.guard import Guard
+
+    anynb.run(
+        "import threading\nc = 2.0\nL = [2.0]\nW = onp.array([2.0, 2.0])\n"
+        "def g(x):\n    return 2.0 * x\n"
+        "def f(x):\n    return np.sum(g(x) * c * L[0] * W)\n"
+        "dh = grad(f)\nx = onp.array([0.5, 1.5])"
+    )
+    check_first = Guard.check_interpreted
+    pending = [lambda: exec(write, anynb.ns)]
+
+    def check_then_write(self: Guard, *args: Any, **kwargs: Any) -> Any:
+        verdict = check_first(self, *args, **kwargs)
+        while pending:
+            writer = threading.Thread(target=pending.pop())
+            writer.start()
+            writer.join()
+        return verdict
+
+    monkeypatch.setattr(Guard, "check_interpreted", check_then_write)
+    anynb.run("dh(x)")  # builds; the write lands between its check and its guard
+    assert not pending, "the build made no check for the write to follow"
+    check(anynb, "dh(x)", "autograd.grad(f)(x)", times=3, what=f"after `{write}` mid-build:")
 
 
 # -- widget callbacks -------------------------------------------------------------------------

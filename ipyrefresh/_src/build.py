@@ -7,7 +7,9 @@
    draw OS entropy (from the recorder), numpy generators whose state moved, values the
    run changed (the walk of step 1 no longer holds), ``global``/``nonlocal`` stores.
 4. Walk again, now including every user function that ran (``f = fs[k]; f(x)``), into
-   the :class:`~ipyrefresh._src.snapshot.Guard` that every later call checks first.
+   the :class:`~ipyrefresh._src.snapshot.Guard` that every later call checks first; then
+   check step 1's walk once more: another thread may have changed what the run read
+   while this walk took it (the variant then answers this call only).
 5. The compiled variant if nothing stands in the way; otherwise the compiler's fallback
    (the user's code on every call), with the reason.
 """
@@ -46,6 +48,9 @@ class Outcome:
     variant: Variant
     info: BuildInfo
     event: str
+    #: What another thread changed after the run read it and before the guard was made:
+    #: the guard holds the new value and the variant the old, so it must not answer again.
+    raced: Mismatch | None = None
 
 
 def check_differentiable(fn: Any, label: str) -> None:
@@ -81,12 +86,16 @@ def run_build(
     for (name, gen), state in zip(rngs, states, strict=True):
         if _rng_state(gen) != state:
             effects.append(f"draws random numbers ({name})")
+    changed = None
     if not before_error:
         changed = before.check_interpreted(fn, args, kwargs)
         if changed is not None:
             effects.append(f"changes {changed.subject} while it runs")
     effects += _stores(log)
     guard, unguardable = _walk(fn, label, request, args, kwargs, log)
+    # The run is over and the first check held: a change now is another thread's, made
+    # while the guard was walked (which then took the new value).
+    raced = None if before_error or changed else before.check_interpreted(fn, args, kwargs)
     guard.add(rules_of(traced.primitives))
     known = {id(g) for _, g in rngs}
     late = [name for name, g in guard.rngs if id(g) not in known]
@@ -112,8 +121,8 @@ def run_build(
             info.note = why
             variant = compiler.fallback(request, guard, why)
             event = f"built; runs {variant.describe()}: {why}"
-            return Outcome(result, variant, info, event)
-        return Outcome(result, traced.compile(guard), info, "built")
+            return Outcome(result, variant, info, event, raced)
+        return Outcome(result, traced.compile(guard), info, "built", raced)
     finally:
         guard.argument_arrays = []
 

@@ -262,6 +262,11 @@ class Engine:
                 self._notify()
             raise
         self._install(entry, outcome, stale, why)
+        if outcome.raced is not None:
+            # Another thread changed what the run read before the guard was made: this
+            # answer is for the values of this call; later calls must not reuse it.
+            raced = outcome.raced
+            entry.drop(outcome.variant, Change(raced.kind, raced.subject, self.cell))
         donates = any(name == "donate_argnums" and n for name, n in entry.key.options)
         budget = 0 if donates else self.config.retain_example_bytes
         entry.keep_example(_retain(args, kwargs, budget))
