@@ -6,6 +6,7 @@ under plain autograd from the same seeds.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as onp
@@ -791,6 +792,28 @@ def test_effects_in_a_thread_the_function_starts_run_every_call(
     anynb.run("for _ in range(4):\n    _ = dh(x)")
     assert capsys.readouterr().out.count("f ran") == 4
     check(anynb, "dh(x)", "autograd.grad(f)(x)")
+
+
+@pytest.mark.parametrize(
+    "tr, body",
+    [
+        ("grad", "x ** 1.5"),
+        ("grad", "x ** -0.5 + x ** 2"),
+        ("grad", "np.power(x, 0.3)"),
+        ("value_and_grad", "x ** 2.5"),
+        ("hessian", "np.sqrt(x)"),
+        ("elementwise_grad", "x ** 1.5"),
+    ],
+)
+def test_a_negative_python_float_to_a_fractional_power(nb: Shell, tr: str, body: str) -> None:
+    """The adjoint of ``x ** y`` raises ``x`` to ``y - 1``: for a negative Python float and
+    a fractional ``y`` that is complex, and autograd's ``unbroadcast`` keeps its real part.
+    A tape built at a positive ``x`` left that out: at ``x = -1.0`` it answered complex."""
+    nb.run(f"def f(x):\n    return {body}\ndh = {tr}(f)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (nan of the forward power)
+        for point in ["4.0", "-1.0", "-1.0", "-2.5", "9.0"]:
+            check(nb, f"dh({point})", f"autograd.{tr}(f)({point})", times=1, what=point)
 
 
 def test_reads_a_file_that_changes_on_disk(anynb: Shell, tmp_path: Any) -> None:

@@ -122,6 +122,12 @@ def _usum(a: Any, axis: int, keepdims: bool = False) -> Any:
 _ADD_REDUCE: Any = np.add.reduce
 
 
+def _real_if_complex(a: Any) -> Any:
+    """The end of autograd's ``unbroadcast`` for a real target: ``real`` of a complex
+    cotangent (which the values of this call, not its types, decide)."""
+    return np.real(a) if np.iscomplexobj(a) else a
+
+
 UNARY: dict[Any, str] = {
     anp.negative: "-{g}",
     anp.exp: "{ans} * {g}",
@@ -219,9 +225,23 @@ def adjoint(names: Names, op: Any, pos: int, g: str, ans: str) -> str | None:
         expr = BINARY[f][pos].format(g=g, x=names.arg(op, 0), y=names.arg(op, 1), ans=ans)
         if f is anp.power:
             expr = _fold_power(names, op, pos, g, ans) or expr
-        return unbroadcast(expr, shape_of(op.value), op.args[pos])
+        expr = unbroadcast(expr, shape_of(op.value), op.args[pos])
+        if f is anp.power and pos == 0 and not _whole_exponent(op):
+            # A Python float to a fractional power is complex when it is negative
+            # (``(-1.0) ** 0.5``): autograd's unbroadcast keeps the real part, at each call.
+            expr = f"_real_if_complex({expr})"
+        return expr
     rule = RULES.get(f)
     return rule(names, op, pos, g) if rule is not None else None
+
+
+def _whole_exponent(op: Any) -> bool:
+    """``x ** y``'s adjoint raises ``x`` to a constant whole power (``x ** 2``): real."""
+    if 1 in op.argnums:
+        return False
+    y = op.args[1]
+    exponent = np.asarray(HELPERS["_where"](y, y - 1, 1.0))
+    return exponent.dtype.kind in "iub" or bool(np.all(np.mod(exponent, 1) == 0))
 
 
 def _fold_power(names: Names, op: Any, pos: int, g: str, ans: str) -> str | None:
@@ -362,6 +382,7 @@ HELPERS: dict[str, Any] = {
     "_log": _raw(W.log),
     "_conj": _raw(W.conj),
     "_real": _raw(W.real),
+    "_real_if_complex": _real_if_complex,
     "_reshape": _raw(W.reshape),
     "_transpose": _raw(W.transpose),
     "_where": W.where if not hasattr(W.where, "fun") else W.where.fun,
