@@ -816,6 +816,32 @@ def test_a_negative_python_float_to_a_fractional_power(nb: Shell, tr: str, body:
             check(nb, f"dh({point})", f"autograd.{tr}(f)({point})", times=1, what=point)
 
 
+@pytest.mark.parametrize(
+    "source",
+    [
+        "functools.partial(time.perf_counter_ns)()",
+        "int.from_bytes(next(map(os.urandom, [8])), 'little')",
+        "next(iter(time.perf_counter_ns, None))",
+        "next(itertools.starmap(time.perf_counter_ns, [()]))",
+        "int.from_bytes(functools.partial(os.urandom, 8)(), 'little')",
+        "uuid.uuid1().time",
+    ],
+)
+def test_clock_and_entropy_called_from_c_run_every_call(nb: Shell, source: str) -> None:
+    """``partial(time.time)()``, ``map(os.urandom, ...)``: C code makes the call, where no
+    hook sees it, and the tape repeated the first number at every call (hunt 21). Holding
+    such a function as a value is now what the guard's walk sees."""
+    nb.run(
+        "import functools, itertools, os, time, uuid\n"
+        f"def f(x):\n    return x ** 2 * float({source} % 1000003)\n"
+        "dh = grad(f)"
+    )
+    answers = [float(nb.run("dh(1.5)")) for _ in range(4)]
+    assert len(set(answers)) > 1, answers  # (every one is new, with a vanishing chance)
+    entries = [e for e in nb.run("ipyrefresh.status()")["entries"] if e["name"] == "grad(f)"]
+    assert [e["runs"] for e in entries] == [["plain autograd"]], entries
+
+
 def test_reads_a_file_that_changes_on_disk(anynb: Shell, tmp_path: Any) -> None:
     path = tmp_path / "w.npy"
     anynb.run(

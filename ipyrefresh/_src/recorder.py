@@ -180,11 +180,12 @@ _IO_MODULES |= {"select", "mmap", "_dbm", "_gdbm", "dbm", "_multiprocessing", "_
 _WARN = frozenset({warnings.warn, warnings.warn_explicit})
 #: Module functions whose effect depends on who calls them (never noted as effect-free).
 _CALLER_MATTERS = frozenset({builtins.__import__, *_WARN, *_INTERPRETER})
-#: C modules whose functions compute with settings kept in C, per thread or process.
-_SETTINGS_MODULES = {
+#: C modules whose functions compute with state kept in C, per thread or process.
+_STATE_MODULES = {
     "_decimal": "computes with decimal numbers (their context is the thread's)",
     "decimal": "computes with decimal numbers (their context is the thread's)",  # (<3.13)
     "_locale": "reads the process's locale",
+    "_uuid": "reads the clock (uuid1)",
 }
 _PLAIN_OWNERS = frozenset({list, dict, tuple, set, frozenset, str, bytes, int, float, complex})
 
@@ -313,6 +314,22 @@ def effect_of(fn: Any, caller: CodeType) -> str | None:
     return what
 
 
+def value_effect(fn: Any) -> str | None:
+    """The effect of calling the C function ``fn`` that user code holds as a value:
+    ``partial(time.time)()``, ``map(os.urandom, ...)``, ``defaultdict(time.time)``,
+    ``iter(time.monotonic_ns, None)`` call it from C, where no hook sees the call."""
+    if type(fn) is not BuiltinFunctionType or fn is builtins.__import__ or fn in _WARN:
+        return None
+    owner = fn.__self__
+    if type(owner) in _PLAIN_OWNERS:
+        return None
+    return _effect(fn, owner, _USER_CALLER)
+
+
+#: What ``value_effect`` passes as the caller: the user's code (its own reads count).
+_USER_CALLER = value_effect.__code__.replace(co_filename="<user code>")
+
+
 def method_effect(method: Any, owner: Any, caller: CodeType) -> str | None:
     """:func:`effect_of` for a method called unbound, with its object (what
     ``sys.monitoring`` reports for ``db.execute(q)``): never bound here."""
@@ -336,14 +353,14 @@ def _effect(fn: Any, owner: Any, caller: CodeType) -> str | None:
             if fn.__name__ not in _OS_PURE:
                 return f"asks the operating system ({owner.__name__}.{fn.__name__})"
             return None
-        return _SETTINGS_MODULES.get(owner.__name__)
+        return _STATE_MODULES.get(owner.__name__)
     if isinstance(owner, random.Random):
         return "draws random numbers (random)"
     if type(owner) is contextvars.ContextVar and fn.__name__ == "get":
         # (numpy's print options are one: ``np.get_printoptions()``, ``array2string``)
         return "reads a context variable (ContextVar.get)"
     if type(owner).__module__ == "decimal":  # (a Decimal's or a Context's method)
-        return _SETTINGS_MODULES["decimal"]
+        return _STATE_MODULES["decimal"]
     if type(owner) is np.ndarray and fn.__name__ == "tofile":
         return "writes files"
     if isinstance(owner, io.IOBase) or type(owner).__module__ in _IO_MODULES:

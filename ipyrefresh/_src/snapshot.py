@@ -94,6 +94,7 @@ from .nodes import (
 )
 from .prints import slot_members
 from .readers import ArgReader, CallReader, FixedReader, NameReader, Reader, TargetReader
+from .recorder import value_effect
 from .targets import Target
 
 #: Most values one derivative's guard may hold; beyond, it runs plain autograd.
@@ -267,6 +268,9 @@ class Walker:
                 # their internals (caches, compiled traces) are not what user code reads.
                 # An autograd primitive's rule is part of it (``defvjp(np.cos, ...)``),
                 # read or not by this run: the code names it.
+                effect = value_effect(value)  # (os.urandom held, for map or partial)
+                if effect is not None:
+                    raise Unguardable(f"{label} {effect}")
                 node = (
                     Primitive(label, value)
                     if _has_rule(value)
@@ -286,6 +290,9 @@ class Walker:
             found = bdict.get(name, MISSING)
             # (the code names it itself: its facts say how it reads, see ``code_reads``)
             own = _namespace_reader(found) and codefacts.reads_namespace_by(name)
+            # ``print``, ``open`` by their own name: the recorder sees them called (code
+            # that prints only when ``verbose`` keeps its tape while it does not).
+            own = own or value_effect(found) is not None
             node = Identity(name, found) if own else self.walk(found, name)
             self.env_root(NameReader(bdict, name), node)
 
@@ -388,6 +395,9 @@ class Walker:
         if t is BuiltinFunctionType:
             if _namespace_reader(value):  # under another name: G = globals; G()['a']
                 raise Unguardable(f"{label} is {value.__name__}: it reads a namespace")
+            effect = value_effect(value)  # (called from C, by partial or map: unseen)
+            if effect is not None:
+                raise Unguardable(f"{label} {effect}")
             owner = value.__self__
             if owner is None or isinstance(owner, ModuleType):
                 return Identity(label, value)
