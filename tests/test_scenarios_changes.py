@@ -578,6 +578,33 @@ def test_another_thread_changes_what_a_build_read_before_its_guard_is_made(
     check(anynb, "dh(x)", "autograd.grad(f)(x)", times=3, what=f"after `{write}` mid-build:")
 
 
+def test_a_function_waiting_for_threads_that_call_a_handle_not_built(anynb: Shell) -> None:
+    """The outer build holds the cache while ``f`` runs; ``f`` waits for pool threads whose
+    ``d_inner`` must build: they waited for the cache for ever (hunt 21). They now run
+    plain autograd after a moment, and every answer is autograd's."""
+    anynb.run(
+        """
+import concurrent.futures, threading
+def inner(v):
+    return np.sin(v) * 3.0
+d_inner = grad(inner)
+pool = concurrent.futures.ThreadPoolExecutor(2)
+def f(x):
+    return x ** 2 * sum(pool.map(d_inner, [0.1, 0.2, 0.3]))
+df = grad(f)
+out = []
+caller = threading.Thread(target=lambda: out.append(df(1.5)), daemon=True)
+caller.start()
+caller.join(60)
+"""
+    )
+    assert anynb.ns["out"], "grad(f) never answered: its pool's threads waited for the cache"
+    assert_same(anynb.ns["out"][0], anynb.run("autograd.grad(f)(1.5)"), "mid-build")
+    check(anynb, "df(1.5)", "autograd.grad(f)(1.5)", times=2, what="after:")
+    check(anynb, "d_inner(0.2)", "autograd.grad(inner)(0.2)", times=2, what="inner:")
+    anynb.run("pool.shutdown()")
+
+
 # -- widget callbacks -------------------------------------------------------------------------
 
 

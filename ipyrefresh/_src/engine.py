@@ -49,6 +49,9 @@ from .watch import Watch
 
 #: Most compiled variants (paths through value-dependent branches) per entry.
 MAX_VARIANTS = 8
+#: How long a call waits for the cache while another thread holds it (seconds), before
+#: it answers by running the code (see :meth:`Engine.call`).
+BUSY_WAIT = 1.0
 #: Fixed targets without a handle whose entries stay until the cell ends (see release).
 KEPT_RELEASED = 8
 
@@ -68,6 +71,7 @@ class Engine:
             "rebuilds": 0,
             "variants": 0,
             "unbuilt_calls": 0,
+            "busy_calls": 0,
             "internal_errors": 0,
         }
         self.listeners: list[Callable[[], None]] = []
@@ -111,7 +115,11 @@ class Engine:
             return target
 
     def entry_for(self, target: Target, key: EntryKey) -> Entry:
-        with self.lock:
+        """The cached entry for ``key``; a new one outside the cache while another thread
+        holds the lock past :data:`BUSY_WAIT` (:meth:`call` then answers without it)."""
+        if not self.lock.acquire(timeout=BUSY_WAIT):
+            return Entry(key, target)
+        try:
             entry = self.cache.get(key)
             if entry is None or entry.target is not target:
                 if entry is not None:
@@ -119,6 +127,8 @@ class Engine:
                 entry = Entry(key, target, self._changed)
                 self.cache.add(entry)
             return entry
+        finally:
+            self.lock.release()
 
     def hold(self, target: Target) -> None:
         """A handle on ``target`` was made (see :meth:`release`)."""
@@ -189,8 +199,18 @@ class Engine:
         self, entry: Entry, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[Entry, Any]:
         """Check ``entry``'s variants (dropping stale ones), else build; return the entry
-        actually used (a new one if it was evicted) and the answer."""
-        with self.lock:
+        actually used (a new one if it was evicted) and the answer.
+
+        Another thread may hold the lock for as long as its build runs the user's code,
+        and that code may wait for this thread (``sum(pool.map(d_inner, xs))`` inside a
+        differentiated function): past :data:`BUSY_WAIT` this call runs the code (plain
+        autograd), touching no entry, rather than wait for ever."""
+        if not self.lock.acquire(timeout=BUSY_WAIT):
+            self.stats["busy_calls"] += 1
+            why = "another thread held the cache"
+            plain = compilers.get(entry.key.backend).fallback(entry.request, Guard(), why)
+            return entry, plain.run(fn, args, kwargs)
+        try:
             self._purge_dead()
             if entry not in self.cache:
                 entry = self.entry_for(entry.target, entry.key)
@@ -212,6 +232,8 @@ class Engine:
             ):
                 return entry, self._run_unbuilt(entry, fn, args, kwargs)
             return entry, self._build(entry, fn, args, kwargs)
+        finally:
+            self.lock.release()
 
     def _run_unbuilt(
         self, entry: Entry, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -518,6 +540,7 @@ class Engine:
                 "rebuilds": self.stats["rebuilds"],
                 "variants": self.stats["variants"],
                 "unbuilt_calls": self.stats["unbuilt_calls"],
+                "busy_calls": self.stats["busy_calls"],
                 "evictions": self.cache.evictions,
                 "internal_errors": self.stats["internal_errors"],
                 "entries": entries,
