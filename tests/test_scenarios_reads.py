@@ -983,6 +983,27 @@ CASES = [
         again="K = 3.0",
     ),
     C(
+        "global_read_after_the_function_cleared_the_profile_hook",
+        """
+        import sys
+        import numpy as onp
+        K = 2.0
+        def scale(t):
+            return t * K
+        scaled = onp.frompyfunc(scale, 1, 1)  # (only the call recorder sees scale run)
+        def f(x):
+            hook = sys.getprofile()
+            sys.setprofile(None)
+            c = float(scaled(1.0))
+            sys.setprofile(hook)
+            return x ** 2 * c
+        x = 0.5
+        dh = grad(f)
+        """,
+        "K = 6.0",
+        again="K = 3.0",
+    ),
+    C(
         "lazy_module_class_getattr_patched_and_its_table_changed",
         """
         import types

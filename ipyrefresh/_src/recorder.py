@@ -140,6 +140,8 @@ _FUNCTIONS: dict[Any, str] = {
 }
 if hasattr(os, "getrandom"):
     _FUNCTIONS[os.getrandom] = "draws OS entropy"
+if sys.version_info < (3, 12):  # (the call recorder's own hook; 3.12+ records otherwise)
+    _FUNCTIONS[sys.setprofile] = "replaces the profile hook (sys.setprofile)"
 #: What runs in a thread the function starts is not recorded (its reads, its effects).
 _FUNCTIONS.update(
     (f, "starts a thread (what runs there is not recorded)")
