@@ -72,6 +72,24 @@ dh = grad(model.loss)
 """
 MODEL_ORACLE = "autograd.grad(model.loss)(x)"
 
+#: ``scale`` runs only where the call recorder sees it (inside a ufunc), between a
+#: profiler's start and stop: the recorder must notice that it stopped seeing.
+_SCALED_BEHIND_A_HOOK = """
+import cProfile, sys
+import numpy as onp
+K = 2.0
+def scale(t):
+    return t * K
+scaled = onp.frompyfunc(scale, 1, 1)
+def f(x):
+    {start}
+    c = float(scaled(1.0))
+    {stop}
+    return x ** 2 * c
+x = 0.5
+dh = grad(f)
+"""
+
 CASES = [
     # -- bound methods, classes, instances ------------------------------------------------
     C("bound_method_instance_attr", MODEL, "model.w = 5.0", oracle=MODEL_ORACLE),
@@ -961,47 +979,21 @@ CASES = [
         "counts = array.array('h', [1, 0, 2, 0])",
         again="counts = array.array('i', [1, 2])",
     ),
-    C(
-        "global_read_after_the_function_ran_a_profiler",
-        """
-        import cProfile
-        import numpy as onp
-        K = 2.0
-        def scale(t):
-            return t * K
-        scaled = onp.frompyfunc(scale, 1, 1)  # (only the call recorder sees scale run)
-        def f(x):
-            profiler = cProfile.Profile()
-            profiler.enable()
-            c = float(scaled(1.0))
-            profiler.disable()
-            return x ** 2 * c
-        x = 0.5
-        dh = grad(f)
-        """,
-        "K = 6.0",
-        again="K = 3.0",
-    ),
-    C(
-        "global_read_after_the_function_cleared_the_profile_hook",
-        """
-        import sys
-        import numpy as onp
-        K = 2.0
-        def scale(t):
-            return t * K
-        scaled = onp.frompyfunc(scale, 1, 1)  # (only the call recorder sees scale run)
-        def f(x):
-            hook = sys.getprofile()
-            sys.setprofile(None)
-            c = float(scaled(1.0))
-            sys.setprofile(hook)
-            return x ** 2 * c
-        x = 0.5
-        dh = grad(f)
-        """,
-        "K = 6.0",
-        again="K = 3.0",
+    *(
+        C(
+            f"global_read_after_the_function_{what}",
+            _SCALED_BEHIND_A_HOOK.format(start=start, stop=stop),
+            "K = 6.0",
+            again="K = 3.0",
+        )
+        for what, start, stop in (
+            ("ran_a_profiler", "p = cProfile.Profile(); p.enable()", "p.disable()"),
+            (
+                "cleared_the_profile_hook",
+                "hook = sys.getprofile(); sys.setprofile(None)",
+                "sys.setprofile(hook)",
+            ),
+        )
     ),
     C(
         "lazy_module_class_getattr_patched_and_its_table_changed",
