@@ -837,7 +837,7 @@ def test_clock_and_entropy_called_from_c_run_every_call(nb: Shell, source: str) 
         "dh = grad(f)"
     )
     answers = [float(nb.run("dh(1.5)")) for _ in range(4)]
-    assert len(set(answers)) > 1, answers  # (every one is new, with a vanishing chance)
+    assert len(set(answers)) == len(answers), answers  # (a repeat: a vanishing chance)
     entries = [e for e in nb.run("ipyrefresh.status()")["entries"] if e["name"] == "grad(f)"]
     assert [e["runs"] for e in entries] == [["plain autograd"]], entries
 

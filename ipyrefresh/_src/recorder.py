@@ -320,12 +320,9 @@ def value_effect(fn: Any) -> str | None:
     """The effect of calling the C function ``fn`` that user code holds as a value:
     ``partial(time.time)()``, ``map(os.urandom, ...)``, ``defaultdict(time.time)``,
     ``iter(time.monotonic_ns, None)`` call it from C, where no hook sees the call."""
-    if type(fn) is not BuiltinFunctionType or fn is builtins.__import__ or fn in _WARN:
+    if fn is builtins.__import__ or fn in _WARN:  # (seen when called, by its caller)
         return None
-    owner = fn.__self__
-    if type(owner) in _PLAIN_OWNERS:
-        return None
-    return _effect(fn, owner, _USER_CALLER)
+    return effect_of(fn, _USER_CALLER)
 
 
 #: What ``value_effect`` passes as the caller: the user's code (its own reads count).
