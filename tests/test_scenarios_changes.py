@@ -605,6 +605,34 @@ caller.join(60)
     anynb.run("pool.shutdown()")
 
 
+def test_a_function_waiting_for_threads_that_make_handles(anynb: Shell) -> None:
+    """The same wait, where the pool's threads make their handles as they go
+    (``grad(inner)(v)`` inside the mapped function): making a handle waited for the cache
+    for ever. autograd answers at once; so must every handle here."""
+    anynb.run(
+        """
+import concurrent.futures, threading
+def inner(v):
+    return np.cos(v) * 2.0
+def per_item(v):
+    return grad(inner)(v) + value_and_grad(inner)(v)[1]
+pool = concurrent.futures.ThreadPoolExecutor(2)
+def f(x):
+    return x ** 3 * sum(pool.map(per_item, [0.1, 0.2, 0.3]))
+df = grad(f)
+out = []
+caller = threading.Thread(target=lambda: out.append(df(1.5)), daemon=True)
+caller.start()
+caller.join(60)
+"""
+    )
+    assert anynb.ns["out"], "grad(f) never answered: its pool's threads waited for the cache"
+    assert_same(anynb.ns["out"][0], anynb.run("autograd.grad(f)(1.5)"), "mid-build")
+    check(anynb, "df(1.5)", "autograd.grad(f)(1.5)", times=2, what="after:")
+    check(anynb, "per_item(0.2)", "2 * autograd.grad(inner)(0.2)", times=2, what="inner:")
+    anynb.run("pool.shutdown()")
+
+
 # -- widget callbacks -------------------------------------------------------------------------
 
 

@@ -103,16 +103,26 @@ class Engine:
 
     # -- targets and entries ---------------------------------------------------------------
     def target(self, target: Target) -> Target:
-        """The shared target for ``target``'s key (handles on one name share entries)."""
-        with self.lock:
-            self._purge_dead()
-            known = self._targets.get(target.key)
-            if known is not None and not _replaced(known, target):
-                return known
-            self._targets[target.key] = target
+        """The shared target for ``target``'s key (handles on one name share entries).
+
+        While another thread holds the lock past :data:`BUSY_WAIT` (a build whose function
+        waits for the thread making this handle), ``target`` itself: the handle's calls
+        then answer without the cache until it is free, and its entries replace those of
+        the shared target (:meth:`entry_for`)."""
+        locked = self.lock.acquire(timeout=BUSY_WAIT)
+        try:
+            if locked:
+                self._purge_dead()
+                known = self._targets.get(target.key)
+                if known is not None and not _replaced(known, target):
+                    return known
+                self._targets[target.key] = target
             if isinstance(target, FixedTarget):
                 target.on_death(self._target_died)
             return target
+        finally:
+            if locked:
+                self.lock.release()
 
     def entry_for(self, target: Target, key: EntryKey) -> Entry:
         """The cached entry for ``key``; a new one outside the cache while another thread
@@ -133,8 +143,13 @@ class Engine:
     def hold(self, target: Target) -> None:
         """A handle on ``target`` was made (see :meth:`release`)."""
         if isinstance(target, FixedTarget):
-            with self.lock:
+            # (Past BUSY_WAIT without the lock, as release() counts: see target().)
+            locked = self.lock.acquire(timeout=BUSY_WAIT)
+            try:
                 target.holders += 1
+            finally:
+                if locked:
+                    self.lock.release()
 
     def release(self, target: Target) -> None:
         """A handle on ``target`` is gone. When no handle holds a fixed target, its entries
