@@ -842,6 +842,42 @@ def test_clock_and_entropy_called_from_c_run_every_call(nb: Shell, source: str) 
     assert [e["runs"] for e in entries] == [["plain autograd"]], entries
 
 
+_DTYPE_BY_VALUE = {
+    "eig": "ev = np.linalg.eig(A + np.diag(x))[0]\n    return np.sum(np.abs(ev + x))",
+    "eig, squared": "ev = np.linalg.eig(A + np.diag(x))[0]\n    return np.sum(np.abs(ev * ev) * x)",
+    "real_if_close": (
+        "w = np.real_if_close(x + 1j * np.maximum(x - 1.0, 0.0))\n    return np.sum(np.abs(w * x))"
+    ),
+    "a primitive of yours": "return np.sum(np.abs(csqrt(x - 1.0) + x))",
+}
+
+
+@pytest.mark.parametrize("tr", ["grad", "value_and_grad", "jacobian"])
+@pytest.mark.parametrize("case", list(_DTYPE_BY_VALUE))
+def test_an_op_whose_result_dtype_depends_on_the_values(nb: Shell, case: str, tr: str) -> None:
+    """``eig`` of a non-symmetric matrix, ``real_if_close`` and a primitive of the user's
+    answer real or complex as the values say. A tape built at a real result replayed a
+    complex gradient at a complex one, where autograd's ``unbroadcast`` keeps the real
+    part (hunt 22), with status fresh."""
+    nb.run(
+        "import numpy as onp\n"
+        "from autograd.extend import primitive, defvjp\n"
+        "@primitive\n"
+        "def csqrt(x):\n"
+        "    return onp.emath.sqrt(x)\n"
+        "defvjp(csqrt, lambda ans, x: lambda g: g * 0.5 / ans)\n"
+        "A = onp.array([[0.0, 1.0], [-1.0, 0.0]])\n"
+    )
+    points = ["[3.0, -3.0]", "[0.0, 0.0]", "[0.2, 0.1]", "[3.0, 2.5]", "[0.5, 0.3]", "[1.5, 0.3]"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (complex to real in some oracles)
+        for first in range(len(points)):  # each point once the one the tape is built at
+            nb.run(f"def f(x):\n    {_DTYPE_BY_VALUE[case]}\ndh = {tr}(f)")
+            for p in points[first:] + points[:first]:
+                x = f"onp.array({p})"
+                check(nb, f"dh({x})", f"autograd.{tr}(f)({x})", times=2, what=p)
+
+
 def test_reads_a_file_that_changes_on_disk(anynb: Shell, tmp_path: Any) -> None:
     path = tmp_path / "w.npy"
     anynb.run(

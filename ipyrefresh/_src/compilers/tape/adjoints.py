@@ -33,6 +33,10 @@ def _raw(f: Any) -> Any:
 class Names(Protocol):
     """What a rule needs from the code generator."""
 
+    #: Every op of the tape is real and differentiated by autograd's own rule: no
+    #: cotangent is complex (a user's rule, or a complex value, may make one).
+    real_cotangents: bool
+
     def arg(self, op: Any, pos: int) -> str: ...
     def const(self, value: Any) -> str: ...
 
@@ -78,7 +82,7 @@ def _from_numpy_vjps(f: Any) -> bool:
     return bool(getattr(f, "__module__", None) == numpy_vjps.__name__)
 
 
-def _is_real(v: Any) -> bool:
+def is_real(v: Any) -> bool:
     t = type(v)
     if t is float:
         return True
@@ -88,7 +92,7 @@ def _is_real(v: Any) -> bool:
 
 
 def _plain_number(v: Any) -> bool:
-    return type(v) in (int, bool) or _is_real(v)
+    return type(v) in (int, bool) or is_real(v)
 
 
 def shape_of(v: Any) -> tuple[int, ...]:
@@ -212,7 +216,7 @@ def adjoint(names: Names, op: Any, pos: int, g: str, ans: str) -> str | None:
     ``None`` when no direct rule applies; the generic path then calls autograd's VJP.
     """
     f = op.fun
-    if not _is_real(op.value) or not _plain_number(op.args[pos]):
+    if not is_real(op.value) or not _plain_number(op.args[pos]):
         return None
     if not is_autograds_rule(f):
         return None
@@ -226,9 +230,10 @@ def adjoint(names: Names, op: Any, pos: int, g: str, ans: str) -> str | None:
         if f is anp.power:
             expr = _fold_power(names, op, pos, g, ans) or expr
         expr = unbroadcast(expr, shape_of(op.value), op.args[pos])
-        if f is anp.power and pos == 0 and not _whole_exponent(op):
-            # A Python float to a fractional power is complex when it is negative
-            # (``(-1.0) ** 0.5``): autograd's unbroadcast keeps the real part, at each call.
+        if not names.real_cotangents or (f is anp.power and pos == 0 and not _whole_exponent(op)):
+            # A cotangent is complex when a user's rule makes it so, or a Python float to a
+            # fractional power is negative (``(-1.0) ** 0.5``): autograd's unbroadcast
+            # keeps the real part, as this call's values say.
             expr = f"_real_if_complex({expr})"
         return expr
     rule = RULES.get(f)
@@ -400,6 +405,12 @@ HELPERS: dict[str, Any] = {
 # -- which primitives' output shapes follow from their inputs' shapes ----------------------
 
 
+def _linalg_eig() -> Any:
+    import autograd.numpy.linalg as alin
+
+    return alin.eig
+
+
 def _shape_static_set() -> set[Any]:
     import autograd.numpy.fft as afft
     import autograd.numpy.linalg as alin
@@ -483,29 +494,39 @@ def _shape_static_set() -> set[Any]:
 
 
 SHAPE_STATIC = _shape_static_set() | {container_take}
+#: Ops of autograd's whose result is real or complex as the values say (their shape is not).
+DTYPE_BY_VALUE = {W.real_if_close, _linalg_eig()}
 _WHERE = getattr(anp, "_original_where", W.where)
 
 
-def shape_static(op: Any) -> bool:
-    """The op's output shape is fixed by its inputs' shapes (which the key fixes).
+def layout_static(op: Any) -> bool:
+    """The op's output shape and dtype are fixed by its inputs' shapes and dtypes (which
+    the key fixes, and the ops before this one).
 
-    Others (``np.unique``, boolean masks) get a shape guard: Python code may read the
-    shape of their result (``len(np.unique(y))``) without a trace seeing it.
+    Others get a guard on both: Python code may read the shape of their result
+    (``len(np.unique(y))``) without a trace seeing it, and a result that is real or
+    complex as the values say (``eig`` of a non-symmetric matrix, ``real_if_close``, a
+    primitive of the user's) changes what autograd's rules do with it.
     """
     f = op.fun
     if f is getitem:
         return 1 not in op.argnums
     if f is _WHERE:
         return len(op.args) == 3
+    if f in DTYPE_BY_VALUE:
+        return False
     raw = getattr(f, "fun", None)
     return f in SHAPE_STATIC or (isinstance(raw, np.ufunc) and raw.signature is None)
 
 
-def shapes(v: Any) -> Any:
-    """Shape of an array, or the nested shapes of a tuple/list of arrays."""
-    if type(v) is tuple or type(v) is list:
-        return tuple(shapes(e) for e in v)
-    return np.shape(v)
+def layouts(v: Any) -> Any:
+    """Shape and dtype of an array (or number), nested for a tuple or list of them."""
+    t = type(v)
+    if t is tuple or t is list:
+        return tuple(layouts(e) for e in v)
+    if t is np.ndarray:
+        return (v.shape, v.dtype.str)
+    return (np.shape(v), np.asarray(v).dtype.str)
 
 
 def basic_index(idx: Any) -> bool:

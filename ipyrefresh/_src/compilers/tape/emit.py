@@ -91,7 +91,7 @@ def _iadd(x: Any, y: Any) -> Any:
 
 def liveness(tape: Tape) -> list[bool]:
     """Slots whose values are computed on replay: ancestors of the output, of every
-    guard, and ops whose output shape Python code may have read."""
+    guard, and ops whose output shape or dtype Python code may have read."""
     producer = {op.slot: op for op in tape.ops}
     needed = [False] * len(tape.values)
 
@@ -113,7 +113,7 @@ def liveness(tape: Tape) -> list[bool]:
         elif type(e) is OpGuard:
             for p in e.parents:
                 mark(p)
-        elif type(e) is Op and not adjoints.shape_static(e):
+        elif type(e) is Op and not adjoints.layout_static(e):
             mark(e.slot)
     return needed
 
@@ -305,11 +305,14 @@ class Emitter:
         self.tape = tape
         self.kind = kind
         self.root = root  # expression reading the differentiated argument(s)
+        self.real_cotangents = all(
+            adjoints.is_real(op.value) and adjoints.is_autograds_rule(op.fun) for op in tape.ops
+        )
         self.ns: dict[str, Any] = dict(adjoints.HELPERS)
         self.ns.update(
             _same=same,
             _add=add_outgrads,
-            _shapes=adjoints.shapes,
+            _layouts=adjoints.layouts,
             _stack=anp.stack,
             _iadd=_iadd,
             _add_at=np.add.at,
@@ -414,10 +417,10 @@ class Emitter:
                 if expr is None:
                     expr = f"{self.const(getattr(e.fun, 'fun', e.fun))}({self.call_args(e)})"
                 self.lines.append(f"    v{e.slot} = {expr}")
-                if not adjoints.shape_static(e):
-                    want = adjoints.shapes(e.value)
+                if not adjoints.layout_static(e):
+                    want = self.const(adjoints.layouts(e.value))
                     fname = getattr(e.fun, "__name__", "?")
-                    self.guard(f"_shapes(v{e.slot}) != {want!r}", f"shape of {fname}(...)")
+                    self.guard(f"_layouts(v{e.slot}) != {want}", f"shape or dtype of {fname}(...)")
 
     def _backward(self, plan: Plan) -> list[str]:
         """Backward statements (without indentation), in autograd's order.
