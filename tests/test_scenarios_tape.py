@@ -878,6 +878,25 @@ def test_an_op_whose_result_dtype_depends_on_the_values(nb: Shell, case: str, tr
                 check(nb, f"dh({x})", f"autograd.{tr}(f)({x})", times=2, what=p)
 
 
+def test_a_folded_constant_of_a_rule_raises_as_autograd_does(nb: Shell) -> None:
+    """``(-2.0) ** x``'s rule takes ``log(-2.0)``, a constant the tape computed once, at the
+    build: after ``np.seterr(all='raise')`` autograd raises at every call, the replay
+    answered nan (hunt 22)."""
+    nb.run("import numpy as onp\ndef f(x):\n    return np.sum((-2.0) ** x)\ndh = grad(f)")
+    nb.run("x = onp.array([2.0, 3.0, 1.0])")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        check(nb, "dh(x)", "autograd.grad(f)(x)", times=2, what="before:")
+    nb.run("_old_err = onp.seterr(all='raise')")
+    try:
+        for _ in range(2):
+            want = nb.run_error("autograd.grad(f)(x)")
+            got = nb.run_error("dh(x)")
+            assert (type(got), str(got)) == (type(want), str(want)), (got, want)
+    finally:
+        nb.run("onp.seterr(**_old_err)")
+
+
 def test_reads_a_file_that_changes_on_disk(anynb: Shell, tmp_path: Any) -> None:
     path = tmp_path / "w.npy"
     anynb.run(

@@ -253,12 +253,18 @@ def _fold_power(names: Names, op: Any, pos: int, g: str, ans: str) -> str | None
     """``power``'s VJPs with the part that depends only on a constant operand computed
     once, by the same function (``x ** 2``: ``where(2, 2 - 1, 1.0)`` is a constant)."""
     x, y = op.args
-    if pos == 0 and 1 not in op.argnums:
-        exponent = names.const(HELPERS["_where"](y, y - 1, 1.0))
-        return f"{g} * {names.arg(op, 1)} * {names.arg(op, 0)} ** {exponent}"
-    if pos == 1 and 0 not in op.argnums:
-        log = names.const(HELPERS["_log"](HELPERS["_where"](x, x, 1.0)))
-        return f"{g} * {log} * {ans}"
+    # Only what computes without a floating-point error (``log(-2.0)``) is folded: the
+    # rule must meet numpy's error settings of each call, as autograd's does.
+    try:
+        with np.errstate(all="raise"):
+            if pos == 0 and 1 not in op.argnums:
+                exponent = names.const(HELPERS["_where"](y, y - 1, 1.0))
+                return f"{g} * {names.arg(op, 1)} * {names.arg(op, 0)} ** {exponent}"
+            if pos == 1 and 0 not in op.argnums:
+                log = names.const(HELPERS["_log"](HELPERS["_where"](x, x, 1.0)))
+                return f"{g} * {log} * {ans}"
+    except FloatingPointError:
+        return None
     return None
 
 
