@@ -578,19 +578,33 @@ def test_another_thread_changes_what_a_build_read_before_its_guard_is_made(
     check(anynb, "dh(x)", "autograd.grad(f)(x)", times=3, what=f"after `{write}` mid-build:")
 
 
-def test_a_function_waiting_for_threads_that_call_a_handle_not_built(anynb: Shell) -> None:
-    """The outer build holds the cache while ``f`` runs; ``f`` waits for pool threads whose
-    ``d_inner`` must build: they waited for the cache for ever (hunt 21). They now run
-    plain autograd after a moment, and every answer is autograd's."""
+#: What the pool's threads map, and its oracle: a handle not built yet (hunt 21), and one
+#: made in the mapped function at each item (``grad(inner)(v)``).
+_POOL_WORK = {
+    "a handle not built": ("d_inner = grad(inner)", "d_inner", "autograd.grad(inner)(0.2)"),
+    "handles made in the threads": (
+        "def per_item(v):\n    return grad(inner)(v) + value_and_grad(inner)(v)[1]",
+        "per_item",
+        "2 * autograd.grad(inner)(0.2)",
+    ),
+}
+
+
+@pytest.mark.parametrize("work", list(_POOL_WORK))
+def test_a_function_waiting_for_threads_that_use_handles(anynb: Shell, work: str) -> None:
+    """The outer build holds the cache while ``f`` runs; ``f`` waits for pool threads that
+    call a handle that must build, or make handles: they waited for the cache for ever.
+    They now run plain autograd after a moment, and every answer is autograd's."""
+    setup, mapped, oracle = _POOL_WORK[work]
     anynb.run(
-        """
+        f"""
 import concurrent.futures, threading
 def inner(v):
     return np.sin(v) * 3.0
-d_inner = grad(inner)
+{setup}
 pool = concurrent.futures.ThreadPoolExecutor(2)
 def f(x):
-    return x ** 2 * sum(pool.map(d_inner, [0.1, 0.2, 0.3]))
+    return x ** 2 * sum(pool.map({mapped}, [0.1, 0.2, 0.3]))
 df = grad(f)
 out = []
 caller = threading.Thread(target=lambda: out.append(df(1.5)), daemon=True)
@@ -601,35 +615,7 @@ caller.join(60)
     assert anynb.ns["out"], "grad(f) never answered: its pool's threads waited for the cache"
     assert_same(anynb.ns["out"][0], anynb.run("autograd.grad(f)(1.5)"), "mid-build")
     check(anynb, "df(1.5)", "autograd.grad(f)(1.5)", times=2, what="after:")
-    check(anynb, "d_inner(0.2)", "autograd.grad(inner)(0.2)", times=2, what="inner:")
-    anynb.run("pool.shutdown()")
-
-
-def test_a_function_waiting_for_threads_that_make_handles(anynb: Shell) -> None:
-    """The same wait, where the pool's threads make their handles as they go
-    (``grad(inner)(v)`` inside the mapped function): making a handle waited for the cache
-    for ever. autograd answers at once; so must every handle here."""
-    anynb.run(
-        """
-import concurrent.futures, threading
-def inner(v):
-    return np.cos(v) * 2.0
-def per_item(v):
-    return grad(inner)(v) + value_and_grad(inner)(v)[1]
-pool = concurrent.futures.ThreadPoolExecutor(2)
-def f(x):
-    return x ** 3 * sum(pool.map(per_item, [0.1, 0.2, 0.3]))
-df = grad(f)
-out = []
-caller = threading.Thread(target=lambda: out.append(df(1.5)), daemon=True)
-caller.start()
-caller.join(60)
-"""
-    )
-    assert anynb.ns["out"], "grad(f) never answered: its pool's threads waited for the cache"
-    assert_same(anynb.ns["out"][0], anynb.run("autograd.grad(f)(1.5)"), "mid-build")
-    check(anynb, "df(1.5)", "autograd.grad(f)(1.5)", times=2, what="after:")
-    check(anynb, "per_item(0.2)", "2 * autograd.grad(inner)(0.2)", times=2, what="inner:")
+    check(anynb, f"{mapped}(0.2)", oracle, times=2, what="inner:")
     anynb.run("pool.shutdown()")
 
 
