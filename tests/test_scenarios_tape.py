@@ -878,6 +878,68 @@ def test_an_op_whose_result_dtype_depends_on_the_values(nb: Shell, case: str, tr
                 check(nb, f"dh({x})", f"autograd.{tr}(f)({x})", times=2, what=p)
 
 
+_ODD_SHAPED_RULES = {
+    "an extra axis": (
+        "lambda ans, y: lambda g: onp.stack([g, 2 * g])",
+        "np.sum(odd(x * W))",
+    ),
+    "an axis fewer": ("lambda ans, y: lambda g: g[0]", "np.sum(odd(x + W2))"),
+    "a complex one": ("lambda ans, y: lambda g: g * (1 + 1j)", "np.sum(odd(x * W) * x)"),
+}
+
+
+@pytest.mark.parametrize("tr", ["grad", "value_and_grad", "jacobian"])
+@pytest.mark.parametrize("case", list(_ODD_SHAPED_RULES))
+def test_a_users_rule_returns_a_cotangent_of_another_shape(nb: Shell, case: str, tr: str) -> None:
+    """autograd's binary ops sum a cotangent's extra axes by the shape it has, and keep its
+    real part: a tape that unrolled that from the value's shape answered a (2, 3) gradient
+    for a (3,) argument after a user's rule (hunt 23)."""
+    rule, body = _ODD_SHAPED_RULES[case]
+    nb.run(
+        "import numpy as onp\n"
+        "from autograd.extend import primitive, defvjp\n"
+        "W = onp.array([1.0, 2.0, -1.0])\n"
+        "W2 = onp.ones((2, 3))\n"
+        "@primitive\n"
+        "def odd(y):\n"
+        "    return y * 1.0\n"
+        f"defvjp(odd, {rule})\n"
+        f"def f(x):\n    return {body}\n"
+        f"dh = {tr}(f)"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (complex to real in the oracle)
+        for p in ["[0.5, 1.5, -2.0]", "[-1.0, 0.0, 2.0]", "[0.5, 1.5, -2.0]"]:
+            x = f"onp.array({p})"
+            check(nb, f"dh({x})", f"autograd.{tr}(f)({x})", times=2, what=p)
+
+
+@pytest.mark.parametrize(
+    "prim, rule",
+    [("np.sum", "numpy_vjps.grad_np_mean"), ("np.tanh", "primitive_vjps[np.sinh]")],
+)
+def test_another_primitives_rule_of_autograds(nb: Shell, prim: str, rule: str) -> None:
+    """A rule of autograd's own, registered for another primitive, is the user's rule: the
+    replay kept the direct adjoint of the primitive's own rule (hunt 23)."""
+    nb.run(
+        "import numpy as onp\n"
+        "from autograd.extend import defvjp\n"
+        "from autograd.core import primitive_vjps\n"
+        "from autograd.numpy import numpy_vjps\n"
+        "def f(x):\n    return np.sum(np.tanh(x) * x)\n"
+        "dh = grad(f)\n"
+        "x1 = onp.arange(6.0).reshape(2, 3) / 7\n"
+        "x2 = onp.ones((2, 3)) * -0.5"
+    )
+    check(nb, "dh(x1)", "autograd.grad(f)(x1)", times=2, what="before:")
+    if rule.startswith("primitive_vjps"):
+        nb.run(f"primitive_vjps[{prim}] = {rule}")
+    else:
+        nb.run(f"defvjp({prim}, {rule})")
+    for x in ["x1", "x2", "x1"]:
+        check(nb, f"dh({x})", f"autograd.grad(f)({x})", times=2, what=f"after: {x}")
+
+
 def test_a_folded_constant_of_a_rule_raises_as_autograd_does(nb: Shell) -> None:
     """``(-2.0) ** x``'s rule takes ``log(-2.0)``, a constant the tape computed once, at the
     build: after ``np.seterr(all='raise')`` autograd raises at every call, the replay

@@ -12,7 +12,12 @@ A rule applies only while the primitive's registered VJP is still autograd's own
 
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import FunctionType
 from typing import Any, Protocol
 
 import autograd.numpy as anp
@@ -33,9 +38,10 @@ def _raw(f: Any) -> Any:
 class Names(Protocol):
     """What a rule needs from the code generator."""
 
-    #: Every op of the tape is real and differentiated by autograd's own rule: no
-    #: cotangent is complex (a user's rule, or a complex value, may make one).
-    real_cotangents: bool
+    #: Every op of the tape is real and differentiated by autograd's own rule: each
+    #: cotangent is real and has its value's shape (a user's rule may return another
+    #: shape or a complex one, and a complex value makes complex cotangents).
+    trusted_cotangents: bool
 
     def arg(self, op: Any, pos: int) -> str: ...
     def const(self, value: Any) -> str: ...
@@ -51,17 +57,73 @@ def is_autograds_rule(prim: Any) -> bool:
     maker = primitive_vjps.get(prim)
     if maker is None or getattr(maker, "__module__", None) != "autograd.core":
         return False
+    site = _registered_by_autograd().get(prim)
+    if site is None:
+        return False
     for cell in maker.__closure__ or ():
         try:
             content = cell.cell_contents
         except ValueError:
             continue
         if type(content) is dict:
-            if not all(_from_numpy_vjps(f) for f in content.values()):
+            if not all(site.holds(f) for f in content.values()):
                 return False
-        elif callable(content) and content is not prim and not _from_numpy_vjps(content):
+        elif callable(content) and content is not prim and not site.holds(content):
             return False
     return True
+
+
+@dataclass
+class _Site:
+    """What numpy_vjps registers for one primitive: named functions, and lambdas written
+    in the registering call (known by their line)."""
+
+    functions: list[Any] = field(default_factory=list)
+    lines: set[int] = field(default_factory=set)
+
+    def holds(self, f: Any) -> bool:
+        if any(f is g for g in self.functions):
+            return True
+        code = getattr(f, "__code__", None)
+        return (
+            type(f) is FunctionType
+            and _from_numpy_vjps(f)
+            and code is not None
+            and code.co_filename == numpy_vjps.__file__
+            and code.co_firstlineno in self.lines
+        )
+
+
+@functools.cache
+def _registered_by_autograd() -> dict[Any, _Site]:
+    """The rules numpy_vjps registers, per primitive, read from its source: a rule of
+    numpy_vjps' that the user registers for another primitive (``defvjp(np.sum,
+    grad_np_mean)``) is not the one the direct adjoints follow."""
+    names = vars(numpy_vjps)
+    sites: dict[Any, _Site] = {}
+    try:
+        tree = ast.parse(inspect.getsource(numpy_vjps))
+    except (OSError, SyntaxError):  # no source: no direct adjoints (autograd's VJPs run)
+        return sites
+    for node in ast.walk(tree):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("defvjp", "defvjp_argnum")
+            and node.args
+        ):
+            continue
+        try:
+            prim = eval(compile(ast.Expression(node.args[0]), "<autograd>", "eval"), names)
+        except Exception:  # (a loop variable: those primitives take autograd's VJPs)
+            continue
+        site = sites.setdefault(prim, _Site())
+        for arg in [*node.args[1:], *(k.value for k in node.keywords)]:
+            if isinstance(arg, ast.Name) and callable(names.get(arg.id)):
+                site.functions.append(names[arg.id])
+            else:
+                site.lines.update(n.lineno for n in ast.walk(arg) if isinstance(n, ast.Lambda))
+    return sites
 
 
 def is_container_take_rule() -> bool:
@@ -229,11 +291,14 @@ def adjoint(names: Names, op: Any, pos: int, g: str, ans: str) -> str | None:
         expr = BINARY[f][pos].format(g=g, x=names.arg(op, 0), y=names.arg(op, 1), ans=ans)
         if f is anp.power:
             expr = _fold_power(names, op, pos, g, ans) or expr
+        if not names.trusted_cotangents:
+            # autograd's own unbroadcast, which sums the axes and keeps the real part as
+            # the cotangent of this call says.
+            return f"_unbroadcast({expr}, {names.const(W.metadata(op.args[pos]))})"
         expr = unbroadcast(expr, shape_of(op.value), op.args[pos])
-        if not names.real_cotangents or (f is anp.power and pos == 0 and not _whole_exponent(op)):
-            # A cotangent is complex when a user's rule makes it so, or a Python float to a
-            # fractional power is negative (``(-1.0) ** 0.5``): autograd's unbroadcast
-            # keeps the real part, as this call's values say.
+        if f is anp.power and pos == 0 and not _whole_exponent(op):
+            # A Python float to a fractional power is complex when it is negative
+            # (``(-1.0) ** 0.5``): autograd's unbroadcast keeps the real part, at each call.
             expr = f"_real_if_complex({expr})"
         return expr
     rule = RULES.get(f)
@@ -394,6 +459,7 @@ HELPERS: dict[str, Any] = {
     "_conj": _raw(W.conj),
     "_real": _raw(W.real),
     "_real_if_complex": _real_if_complex,
+    "_unbroadcast": numpy_vjps.unbroadcast,
     "_reshape": _raw(W.reshape),
     "_transpose": _raw(W.transpose),
     "_where": W.where if not hasattr(W.where, "fun") else W.where.fun,

@@ -305,7 +305,7 @@ class Emitter:
         self.tape = tape
         self.kind = kind
         self.root = root  # expression reading the differentiated argument(s)
-        self.real_cotangents = all(
+        self.trusted_cotangents = all(
             adjoints.is_real(op.value) and adjoints.is_autograds_rule(op.fun) for op in tape.ops
         )
         self.ns: dict[str, Any] = dict(adjoints.HELPERS)
