@@ -1562,6 +1562,31 @@ def test_rj_jit_inside_user_jit_warns_once(jp: Shell) -> None:
     assert len(about) == 1, [str(w.message) for w in caught]
 
 
+@pytest.mark.parametrize(
+    "outer, oracle",
+    [
+        ("rj.jit(rj.grad(f))", "jax.jit(jax.grad(f))"),
+        # (jax.jit(f) keeps its trace of f for S = 2.0: JAX's own caches go first.)
+        ("rj.grad(rj.jit(f))", "(jax.clear_caches(), jax.grad(jax.jit(f)))[1]"),
+        ("rj.grad(lambda v: jnp.sum(df(v)))", "jax.grad(lambda v: jnp.sum(jax.grad(f)(v)))"),
+    ],
+)
+def test_a_handle_inside_a_handle_does_not_warn(jp: Shell, outer: str, oracle: str) -> None:
+    """The inner handle is traced by ipyrefresh's own build, which follows changes: the
+    warning meant for the user's own jax.jit was wrong there (hunt 24)."""
+    jp.run("S = 2.0\ndef f(v):\n    return jnp.sum(jnp.sin(v) * S)\ndf = rj.grad(f)")
+    jp.run(f"h = {outer}")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check(jp, "h(x)", f"{oracle}(x)", what="first:")
+        jp.run("S = 5.0")
+        check(jp, "h(x)", f"{oracle}(x)", what="after S = 5.0:")
+    about = [str(w.message) for w in caught if "rj.jit" in str(w.message)]
+    assert not about, about
+    names = [e["name"] for e in jp.run("ipyrefresh.status()")["entries"]]
+    assert outer.split("(")[0] != "rj.jit" or "jit(grad(f))" in names, names
+
+
 def test_handle_inside_user_jit_is_baked_in(jp: Shell) -> None:
     """What happens (documented): the user's jax.jit keeps the trace it made, with the
     handle's answer for the code of that moment, as it would for jax.grad; the handle

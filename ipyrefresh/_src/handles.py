@@ -28,9 +28,13 @@ _MAX_HANDLE_ENTRIES = 64
 
 
 def _traced_by_jax(args: tuple[Any, ...]) -> bool:
-    """An argument is a tracer of a JAX transformation the user applied around the call."""
+    """An argument is a tracer of a JAX transformation the user applied around the call
+    (not one of ipyrefresh's own: an outer handle follows changes itself)."""
     tracer = _jax_tracer()
-    return tracer is not None and any(isinstance(a, tracer) for a in args)
+    if tracer is None or not any(isinstance(a, tracer) for a in args):
+        return False
+    ours = sys.modules.get("ipyrefresh._src.compilers.jax")
+    return not (ours is not None and ours.traced_by_ipyrefresh())
 
 
 def _jax_tracer() -> type | None:

@@ -99,6 +99,10 @@ def label_of(fun: Any) -> str:
         return fun.__name__
     if type(fun) is MethodType:
         return f"{type(fun.__self__).__name__}.{fun.__func__.__name__}"
+    from .handles import Derivative  # (handles import this module)
+
+    if type(fun) is Derivative:  # a handle of a handle: jit(grad(f))
+        return f"{fun.transform.value}({fun.target.label})"
     name = type.__dict__["__name__"].__get__(type(fun))
     return name if type(name) is str else "callable"
 

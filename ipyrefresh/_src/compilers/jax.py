@@ -97,7 +97,11 @@ def reference(fn: Any, request: Request, args: tuple[Any, ...], kwargs: dict[str
     """A fresh JAX computation: what the "jax" compiler must agree with (unjitted for a
     derivative; for ``rj.jit``, a new ``jax.jit`` with its options, traced afresh in the
     caller's context)."""
-    return _fresh(fn, request)(*args, **kwargs)
+    _BUILDING.ours += 1
+    try:
+        return _fresh(fn, request)(*args, **kwargs)
+    finally:
+        _BUILDING.ours -= 1
 
 
 def _fresh(fn: Any, request: Request) -> Callable[..., Any]:
@@ -126,9 +130,17 @@ class _Building(threading.local):
     compiled function reads its constants when it is lowered, after the trace)."""
 
     active = False
+    #: ipyrefresh's own JAX transformations running in this thread (a build's trace, a
+    #: fresh run): a handle they trace is not the user's ``jax.jit`` baking it in.
+    ours = 0
 
 
 _BUILDING = _Building()
+
+
+def traced_by_ipyrefresh() -> bool:
+    """This thread runs the user's code under a JAX transformation of ipyrefresh's."""
+    return _BUILDING.ours > 0
 
 
 def _convert_without_cache() -> None:
@@ -590,11 +602,13 @@ class JaxCompiler:
         )
         passed, passed_kw = plan.pass_args(args), plan.pass_kwargs(kwargs)
         was, _BUILDING.active = _BUILDING.active, True
+        _BUILDING.ours += 1
         try:
             with context():
                 jitted.trace(*passed, **passed_kw)  # (the user's code runs here, recorded)
         finally:
             _BUILDING.active = was
+            _BUILDING.ours -= 1
             built[0] = True
             holder.clear()
 
@@ -647,6 +661,6 @@ class JaxCompiler:
         def run(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             context = kept if kept is not None else new_context()
             with context():
-                return _fresh(fn, request)(*args, **kwargs)
+                return reference(fn, request, args, kwargs)
 
         return PythonVariant(run, guard, why, "unjitted JAX")
