@@ -278,6 +278,16 @@ def _real_leaf(v: Any) -> bool:
     return (type(v) is np.ndarray or isinstance(v, np.floating)) and np.result_type(v).kind == "f"
 
 
+def _trusted(op: Op) -> bool:
+    """A real op differentiated by autograd's own rule (``container_take``'s included):
+    the cotangents it makes are real and shaped as its arguments."""
+    if not adjoints.is_real(op.value):
+        return False
+    if op.fun is adjoints.container_take:
+        return adjoints.is_container_take_rule()
+    return adjoints.is_autograds_rule(op.fun)
+
+
 def _check_vjp(op: Op) -> None:
     """autograd built this VJP while tracing (``VJPNode``); it exists."""
     if primitive_vjps.get(op.fun) is None:  # pragma: no cover - the trace raised already
@@ -305,9 +315,7 @@ class Emitter:
         self.tape = tape
         self.kind = kind
         self.root = root  # expression reading the differentiated argument(s)
-        self.trusted_cotangents = all(
-            adjoints.is_real(op.value) and adjoints.is_autograds_rule(op.fun) for op in tape.ops
-        )
+        self.trusted_cotangents = all(map(_trusted, tape.ops))
         self.ns: dict[str, Any] = dict(adjoints.HELPERS)
         self.ns.update(
             _same=same,
