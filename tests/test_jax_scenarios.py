@@ -1583,8 +1583,11 @@ def test_a_handle_inside_a_handle_does_not_warn(jp: Shell, outer: str, oracle: s
         check(jp, "h(x)", f"{oracle}(x)", what="after S = 5.0:")
     about = [str(w.message) for w in caught if "rj.jit" in str(w.message)]
     assert not about, about
-    names = [e["name"] for e in jp.run("ipyrefresh.status()")["entries"]]
-    assert outer.split("(")[0] != "rj.jit" or "jit(grad(f))" in names, names
+    entries = {e["name"]: e for e in jp.run("ipyrefresh.status()")["entries"]}
+    if outer.startswith("rj.jit"):
+        # Compiled: the inner handle's own build reads the random generators' states,
+        # which is not a draw of the user's.
+        assert entries["jit(grad(f))"]["fallback"] == "", entries
 
 
 def test_handle_inside_user_jit_is_baked_in(jp: Shell) -> None:

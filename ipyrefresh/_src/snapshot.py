@@ -171,9 +171,18 @@ class Unguardable(Exception):
     """The walk met something whose changes it cannot see."""
 
 
+#: ``random.Random``'s C base's ``getstate`` (``random.Random.getstate`` adds the version
+#: and ``gauss_next`` in Python).
+_C_RANDOM_STATE: Callable[[random.Random], Any] = random.Random.__mro__[1].getstate  # type: ignore[attr-defined]
+
+
 def rng_state(gen: Any) -> int:
     """A fingerprint of a random generator's state (numpy legacy, new-style, or Python's)."""
     if isinstance(gen, random.Random):
+        if type(gen).getstate is random.Random.getstate:
+            # Read through the C method, from this module: the call recorder then sees
+            # ipyrefresh's own read, not a draw (a handle built inside another's build).
+            return hash((_C_RANDOM_STATE(gen), getattr(gen, "gauss_next", None)))
         return hash(gen.getstate())
     if isinstance(gen, np.random.RandomState):
         state: Any = gen.get_state(legacy=False)
