@@ -932,12 +932,18 @@ def test_another_primitives_rule_of_autograds(nb: Shell, prim: str, rule: str) -
         "x2 = onp.ones((2, 3)) * -0.5"
     )
     check(nb, "dh(x1)", "autograd.grad(f)(x1)", times=2, what="before:")
-    if rule.startswith("primitive_vjps"):
-        nb.run(f"primitive_vjps[{prim}] = {rule}")
-    else:
-        nb.run(f"defvjp({prim}, {rule})")
-    for x in ["x1", "x2", "x1"]:
-        check(nb, f"dh({x})", f"autograd.grad(f)({x})", times=2, what=f"after: {x}")
+    # (autograd's table is the process's: put the rule back for the tests after this one.)
+    nb.run(f"_kept_rule = primitive_vjps[{prim}]")
+    try:
+        if rule.startswith("primitive_vjps"):
+            nb.run(f"primitive_vjps[{prim}] = {rule}")
+        else:
+            nb.run(f"defvjp({prim}, {rule})")
+        for x in ["x1", "x2", "x1"]:
+            check(nb, f"dh({x})", f"autograd.grad(f)({x})", times=2, what=f"after: {x}")
+    finally:
+        nb.run(f"primitive_vjps[{prim}] = _kept_rule")
+    assert nb.run(f"primitive_vjps[{prim}] is _kept_rule")
 
 
 def test_a_folded_constant_of_a_rule_raises_as_autograd_does(nb: Shell) -> None:
