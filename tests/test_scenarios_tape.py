@@ -946,6 +946,35 @@ def test_another_primitives_rule_of_autograds(nb: Shell, prim: str, rule: str) -
     assert nb.run(f"primitive_vjps[{prim}] is _kept_rule")
 
 
+def test_a_users_rule_for_taking_from_a_list(nb: Shell) -> None:
+    """``params[0]`` of a list argument is autograd.builtins' ``container_take``; its rule
+    is trusted only while it is autograd's own: a user's rule for it (or another rule of
+    autograd.builtins') must reach the replay."""
+    nb.run(
+        "import numpy as onp\n"
+        "from autograd.extend import defvjp\n"
+        "from autograd.core import primitive_vjps\n"
+        "from autograd.builtins import container_take, container_untake\n"
+        "from autograd.extend import vspace\n"
+        "def f(params, x):\n    return np.sum(np.tanh(params[0] * x) * params[1])\n"
+        "dh = grad(f)\n"
+        "p1 = [onp.arange(3.0) / 5, onp.ones(3) * 0.5]\n"
+        "x = onp.array([1.0, -2.0, 0.5])"
+    )
+    check(nb, "dh(p1, x)", "autograd.grad(f)(p1, x)", times=2, what="before:")
+    nb.run("_kept_rule = primitive_vjps[container_take]")
+    try:
+        nb.run(
+            "defvjp(container_take,\n"
+            "       lambda ans, A, idx: lambda g: container_untake(3 * g, idx, vspace(A)))"
+        )
+        check(nb, "dh(p1, x)", "autograd.grad(f)(p1, x)", times=2, what="a user's rule:")
+    finally:
+        nb.run("primitive_vjps[container_take] = _kept_rule")
+    assert nb.run("primitive_vjps[container_take] is _kept_rule")
+    check(nb, "dh(p1, x)", "autograd.grad(f)(p1, x)", times=2, what="autograd's again:")
+
+
 def test_a_folded_constant_of_a_rule_raises_as_autograd_does(nb: Shell) -> None:
     """``(-2.0) ** x``'s rule takes ``log(-2.0)``, a constant the tape computed once, at the
     build: after ``np.seterr(all='raise')`` autograd raises at every call, the replay

@@ -196,13 +196,16 @@ class Derivative:
     def __name__(self) -> str:
         return f"{self.transform.value}_of_{self.target.label}"
 
+    @property
+    def label(self) -> str:
+        """``grad(f)``, ``jacobian(f, argnum=1)``: how reports and outer handles name it."""
+        argnum = "" if self.argnum == 0 else f", argnum={self.argnum}"
+        return f"{self.transform.value}({self.target.label}{argnum})"
+
     def __repr__(self) -> str:
         follows = f"follows '{self.target.label}'" if self.target.follows else "fixed function"
-        argnum = "" if self.argnum == 0 else f", argnum={self.argnum}"
         backend = f", {self.backend}" if self.backend else ""
-        return (
-            f"<ipyrefresh {self.transform.value}({self.target.label}{argnum}){backend}, {follows}>"
-        )
+        return f"<ipyrefresh {self.label}{backend}, {follows}>"
 
 
 def _make(transform: Transform, fun: Any, argnum: Any, backend: str | None) -> Derivative:

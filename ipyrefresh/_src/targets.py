@@ -102,7 +102,7 @@ def label_of(fun: Any) -> str:
     from .handles import Derivative  # (handles import this module)
 
     if type(fun) is Derivative:  # a handle of a handle: jit(grad(f))
-        return f"{fun.transform.value}({fun.target.label})"
+        return fun.label
     name = type.__dict__["__name__"].__get__(type(fun))
     return name if type(name) is str else "callable"
 

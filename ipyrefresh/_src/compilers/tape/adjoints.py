@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import autograd.numpy as anp
 import numpy as np
 from autograd.builtins import container_take as container_take
+from autograd.builtins import grad_container_take
 from autograd.core import primitive_vjps
 from autograd.numpy import numpy_vjps
 from autograd.numpy import numpy_wrapper as W
@@ -48,29 +49,37 @@ class Names(Protocol):
 
 
 def is_autograds_rule(prim: Any) -> bool:
-    """The VJP registered for ``prim`` is the one autograd's numpy_vjps defines.
+    """The VJP registered for ``prim`` is the one autograd's numpy_vjps defines (a
+    user's rule, autograd.core's zero VJP from ``defvjp(anp.sin, None)``, or another
+    primitive's rule of numpy_vjps' is not)."""
+    site = _registered_by_autograd().get(prim)
+    functions = _rule_functions(prim)
+    return site is not None and functions is not None and all(map(site.holds, functions))
 
-    ``defvjp`` wraps the VJP functions it is given in a closure of ``autograd.core``;
-    the functions inside must be numpy_vjps' own (``defvjp(anp.sin, None)`` puts
-    autograd.core's zero VJP there, a user's rule their own function).
-    """
+
+def is_container_take_rule() -> bool:
+    """``container_take``'s VJP is still autograd's (builtins.grad_container_take)."""
+    functions = _rule_functions(container_take)
+    return bool(functions) and all(f is grad_container_take for f in functions or ())
+
+
+def _rule_functions(prim: Any) -> list[Any] | None:
+    """The VJP functions registered for ``prim`` through ``defvjp`` or ``defvjp_argnum``
+    (which wrap them in a closure of ``autograd.core``); None for a rule set otherwise."""
     maker = primitive_vjps.get(prim)
     if maker is None or getattr(maker, "__module__", None) != "autograd.core":
-        return False
-    site = _registered_by_autograd().get(prim)
-    if site is None:
-        return False
+        return None
+    functions: list[Any] = []
     for cell in maker.__closure__ or ():
         try:
             content = cell.cell_contents
         except ValueError:
             continue
         if type(content) is dict:
-            if not all(site.holds(f) for f in content.values()):
-                return False
-        elif callable(content) and content is not prim and not site.holds(content):
-            return False
-    return True
+            functions.extend(content.values())
+        elif callable(content) and content is not prim:
+            functions.append(content)
+    return functions
 
 
 @dataclass
@@ -124,20 +133,6 @@ def _registered_by_autograd() -> dict[Any, _Site]:
             else:
                 site.lines.update(n.lineno for n in ast.walk(arg) if isinstance(n, ast.Lambda))
     return sites
-
-
-def is_container_take_rule() -> bool:
-    """``container_take``'s VJP is still autograd's (builtins.grad_container_take)."""
-    maker = primitive_vjps.get(container_take)
-    if maker is None or getattr(maker, "__module__", None) != "autograd.core":
-        return False
-    for cell in maker.__closure__ or ():
-        content = cell.cell_contents
-        if type(content) is dict:
-            return all(
-                getattr(f, "__module__", None) == "autograd.builtins" for f in content.values()
-            )
-    return False
 
 
 def _from_numpy_vjps(f: Any) -> bool:
