@@ -25,6 +25,7 @@ from .conftest import Shell
 from .scenario_helpers import (
     PRELUDE,
     check,
+    rewrite,
     states,
     status_then_call,
 )
@@ -2041,3 +2042,112 @@ def test_recording_stops_at_the_first_effect_and_answers_stay_right(ip: Shell) -
 
 def ipyrefresh_status(ip: Shell) -> list[dict[str, object]]:
     return ip.run("ipyrefresh.status()['entries']")  # type: ignore[no-any-return]
+
+
+# -- effects reached through library code that runs the user's requests (hunt 25) ----------
+
+
+def test_a_distributions_version_read_through_importlib_metadata(nb: Shell, modules) -> None:
+    """``importlib.metadata`` reads the files the user names: it is not the import system's
+    own work, and its reads were baked into the tape."""
+    dist = modules.dir / "ipyrefresh_probe_dist-1.0.dist-info"
+    dist.mkdir()
+
+    def version(v: str) -> None:
+        (dist / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: ipyrefresh-probe-dist\nVersion: {v}\n"
+        )
+
+    version("2.0")
+    nb.run(
+        "import importlib.metadata\n"
+        "def f(x):\n"
+        "    v = importlib.metadata.version('ipyrefresh-probe-dist')\n"
+        "    return float(v) * np.sum(np.sin(x))\n"
+        "dh = grad(f)\nx = np.array([0.5, 1.5])"
+    )
+    check(nb, "dh(x)", "autograd.grad(f)(x)", what="version 2.0:")
+    for v in ["3.0", "5.0"]:
+        version(v)
+        check(nb, "dh(x)", "autograd.grad(f)(x)", what=f"version {v}:")
+
+
+@pytest.mark.parametrize("how", ["reload", "exec_module"])
+def test_a_module_run_again_inside_the_function(nb: Shell, modules, how: str) -> None:
+    """``importlib.reload(m)`` and ``spec.loader.exec_module(m)`` inside the function run
+    the module's file at every call: a replay kept the first file's values."""
+    path = modules("cfg_run_again", "SCALE = 2.0\n")
+    if how == "reload":
+        nb.run(
+            "import importlib, cfg_run_again\n"
+            "def f(x):\n"
+            "    importlib.reload(cfg_run_again)\n"
+            "    return cfg_run_again.SCALE * np.sum(np.sin(x))"
+        )
+    else:
+        nb.run(
+            "import importlib.util\n"
+            f"P = {str(path)!r}\n"
+            "def f(x):\n"
+            "    spec = importlib.util.spec_from_file_location('cfg_run_again_copy', P)\n"
+            "    m = importlib.util.module_from_spec(spec)\n"
+            "    spec.loader.exec_module(m)\n"
+            "    return m.SCALE * np.sum(np.sin(x))"
+        )
+    nb.run("dh = grad(f)\nx = np.array([0.5, 1.5])")
+    check(nb, "dh(x)", "autograd.grad(f)(x)", what="SCALE = 2.0:")
+    for scale in ["3.0", "5.25"]:
+        rewrite(path, f"SCALE = {scale}\n")
+        check(nb, "dh(x)", "autograd.grad(f)(x)", what=f"SCALE = {scale}:")
+
+
+def test_callables_jax_tree_map_runs_are_the_users(nb: Shell, modules, capsys) -> None:  # type: ignore[no-untyped-def]
+    """``jax.tree_util.tree_map`` calls the function it is given: its frames are not JAX's
+    tracing machinery. ``tree_map(print, ...)`` printed only at the build, ``tree_map(str,
+    [x])`` kept the first call's digits, ``tree_map(Path.read_text, ...)`` the first file."""
+    pytest.importorskip("jax")
+    data = modules.dir / "scale.txt"
+    data.write_text("2.0")
+    nb.run(
+        "import jax, pathlib\n"
+        f"DATA = pathlib.Path({str(data)!r})\n"
+        "def f_print(x):\n"
+        "    jax.tree_util.tree_map(print, ['tree_map printed'])\n"
+        "    return np.sum(x ** 2)\n"
+        "def f_str(x):\n"
+        "    return np.sum(x ** 2) * len(jax.tree_util.tree_map(str, [x])[0])\n"
+        "def f_read(x):\n"
+        "    text = jax.tree_util.tree_map(pathlib.Path.read_text, [DATA])[0]\n"
+        "    return np.sum(x ** 2) * float(text)\n"
+        "dp, ds, dr = grad(f_print), grad(f_str), grad(f_read)"
+    )
+    capsys.readouterr()
+    for k, (x, scale) in enumerate(
+        [("[1.0, 2.0]", "2.0"), ("[1.5, 2.25]", "3.0"), ("[10.125, 3.0]", "5.0")]
+    ):
+        data.write_text(scale)
+        nb.run(f"x = np.array({x})")
+        check(nb, "ds(x)", "autograd.grad(f_str)(x)", what=f"str, call {k}:")
+        check(nb, "dr(x)", "autograd.grad(f_read)(x)", what=f"read, call {k}:")
+        capsys.readouterr()
+        nb.run("_ = dp(x)")
+        got = capsys.readouterr().out
+        nb.run("_ = autograd.grad(f_print)(x)")
+        assert got == capsys.readouterr().out == "tree_map printed\n", (k, got)
+
+
+def test_a_file_read_through_jax_numpy_in_an_autograd_function(nb: Shell, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """JAX's code is machinery only while ipyrefresh's JAX backend works: called by an
+    autograd function, ``jnp.load`` reads the user's file, which changes."""
+    pytest.importorskip("jax")
+    path = tmp_path / "s.npy"
+    np.save(path, np.array(2.0))
+    nb.run(
+        f"import jax.numpy as jnp\nP = {str(path)!r}\n"
+        "def f(x):\n    return np.sum(x ** 2) * float(jnp.load(P))\n"
+        "dh = grad(f)\nx = np.array([1.0, 2.0])"
+    )
+    check(nb, "dh(x)", "autograd.grad(f)(x)", what="2.0 on disk:")
+    for v in [3.0, 5.0]:
+        np.save(path, np.array(v))
+        check(nb, "dh(x)", "autograd.grad(f)(x)", what=f"{v} on disk:")

@@ -235,6 +235,8 @@ def _python_effects() -> dict[CodeType, PythonEffect]:
         (seq.__contains__, compares),
         (seq.index, compares),
         *((f, "reads source files (linecache)") for f in _LINECACHE_READS),
+        (importlib.reload, "runs a module's file again (importlib.reload)"),
+        (_exec_module(), "runs a module's file (exec_module)"),
     ):
         code = getattr(fn, "__code__", None)
         if type(code) is CodeType:
@@ -247,6 +249,14 @@ def _python_effects() -> dict[CodeType, PythonEffect]:
         if type(code) is CodeType:
             found[code] = environ
     return found
+
+
+def _exec_module() -> Any:
+    """The import system's ``exec_module`` of source and bytecode files (the loader's
+    method a user calls after ``importlib.util.spec_from_file_location``)."""
+    import importlib.machinery
+
+    return getattr(importlib.machinery.SourceFileLoader, "exec_module", None)
 
 
 _PY_EFFECTS = _python_effects()
@@ -376,6 +386,15 @@ _SOURCE_FILES = {os.path.normcase(getattr(m, "__file__", "") or "") for m in (li
 
 _IMPORT_MODULE = importlib.import_module.__code__
 _IMPORTLIB_DIR = os.path.dirname(os.path.normcase(importlib.__file__ or "")) + os.sep
+#: ... the import system's: ``importlib.resources`` and ``importlib.metadata`` read the
+#: files the user names (a package's data, a distribution's version), which change.
+_IMPORTLIB_READERS = tuple(_IMPORTLIB_DIR + n for n in ("resources", "metadata"))
+#: JAX's tree utilities call the functions they are given (``tree_map(print, xs)``): their
+#: frames are the caller's, neither JAX's machinery nor the user's.
+_JAX_CALLERS = tuple(
+    os.path.normcase(os.path.join(*p))
+    for p in (("_src", "tree_util.py"), ("_src", "tree.py"), ("tree_util.py",), ("tree.py",))
+)
 
 
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.normcase(os.path.abspath(__file__)))) + os.sep
@@ -387,17 +406,19 @@ def _machinery(code: CodeType) -> bool:
     module's output and the source line it shows (read through ``linecache``: a replay
     warns through numpy itself, and Python shows a warning once per place anyway), the
     file reads of a first import, ipyrefresh's own work, and JAX's tracing and compiling
-    (its clocks, logs and caches; what a jitted function does at run time is JAX's
-    business, ``jax.debug.print`` included)."""
+    under :func:`jax_work` (its clocks, logs and caches; what a jitted function does at
+    run time is JAX's business, ``jax.debug.print`` included)."""
     name = os.path.normcase(code.co_filename)
     if (
         name == _WARNINGS_FILE
         or name in _SOURCE_FILES
         or name.startswith("<frozen importlib")
-        or name.startswith(_IMPORTLIB_DIR)
+        or (name.startswith(_IMPORTLIB_DIR) and not name.startswith(_IMPORTLIB_READERS))
         or name.startswith(_OWN_DIR)
     ):
         return True
+    if not getattr(_local, "jax", 0):
+        return False
     for package in ("jax", "jaxlib"):
         module = sys.modules.get(package)
         if module is not None and package not in _machinery_dirs:
@@ -407,7 +428,7 @@ def _machinery(code: CodeType) -> bool:
             )
         prefix = _machinery_dirs.get(package)
         if prefix and name.startswith(prefix):
-            return True
+            return not name[len(prefix) :].startswith(_JAX_CALLERS)
     return False
 
 
@@ -444,6 +465,19 @@ def _by_machinery(frame: FrameType) -> bool:
 # -- the hooks -------------------------------------------------------------------------------
 
 _local = threading.local()
+
+
+@contextlib.contextmanager
+def jax_work() -> Iterator[None]:
+    """ipyrefresh's JAX backend traces, compiles or runs JAX in this thread: JAX's own
+    code is machinery meanwhile (its clocks, logs, settings and caches). Elsewhere JAX is
+    a library like any other, called by the user's function (``jnp.load`` reads the
+    user's file)."""
+    _local.jax = getattr(_local, "jax", 0) + 1
+    try:
+        yield
+    finally:
+        _local.jax -= 1
 
 
 def _in_gc() -> bool:
