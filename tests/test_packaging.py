@@ -55,6 +55,17 @@ def lowest(*args: str) -> dict[str, str]:
     return pins
 
 
+def test_one_version_everywhere() -> None:
+    """``ipyrefresh.__version__``, the distribution's and the JupyterLab extension's are one
+    (the engine's rebuild raised the first alone, and ``pip show`` disagreed with it)."""
+    import json
+
+    import ipyrefresh
+
+    package = json.loads((ROOT / "package.json").read_text())
+    assert (ipyrefresh.__version__, package["version"]) == (VERSION, VERSION)
+
+
 def test_every_dependency_declares_a_floor() -> None:
     for spec in PYPROJECT["project"]["dependencies"]:
         req = Requirement(spec)
