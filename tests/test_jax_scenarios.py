@@ -2222,3 +2222,83 @@ def test_an_rj_jit_that_falls_back_still_runs_as_jax_jit(jp: Shell) -> None:
         assert not differ(got, want)
     (state,) = status_of(jp, "j")
     assert "prints" in state["fallback"]
+
+
+# -- effects reached through JAX's own functions (hunts 25, 26) -----------------------------
+
+
+@pytest.mark.parametrize("handle", ["rj.grad", "rj.value_and_grad", "rj.jit"])
+def test_a_file_read_through_jnp_load(jp: Shell, tmp_path: Any, handle: str) -> None:
+    """``jnp.load`` reads the user's file: JAX's frame there is not its tracing machinery,
+    and the handle must answer for the file as it is now (unjitted JAX reads it again)."""
+    path = tmp_path / "s.npy"
+    onp.save(path, onp.float32(2.0))
+    # (For rj.jit, f itself: a new jax.jit(f) answers from JAX's trace cache for f.)
+    oracle = "f(x)" if handle == "rj.jit" else handle.replace("rj.", "jax.") + "(f)(x)"
+    jp.run(
+        f"P = {str(path)!r}\n"
+        "def f(x):\n    return jnp.sum(jnp.sin(x) * jnp.load(P))\n"
+        f"dh = {handle}(f)"
+    )
+    for v in [2.0, 3.0, 5.0]:
+        onp.save(path, onp.float32(v))
+        check(jp, "dh(x)", oracle, what=f"{v} on disk")
+
+
+@pytest.mark.parametrize("handle", ["rj.grad", "rj.jit"])
+def test_a_function_tree_map_runs_prints_at_every_call(jp: Shell, capsys, handle: str) -> None:  # type: ignore[no-untyped-def]
+    """``jax.tree_util.tree_map(print, ...)`` prints at every call of unjitted JAX; a
+    handle that compiled it printed only at its build."""
+    jp.run(
+        "def f(x):\n"
+        "    jax.tree_util.tree_map(print, ['tree_map printed'])\n"
+        "    return jnp.sum(jnp.sin(x) * x)\n"
+        f"dh = {handle}(f)"
+    )
+    for k in range(3):
+        capsys.readouterr()
+        jp.run("_ = dh(x)")
+        assert capsys.readouterr().out == "tree_map printed\n", k
+
+
+def test_an_autograd_function_using_jax_on_constants_still_compiles() -> None:
+    """JAX's first compile of an op times itself with the clock, and its first use lists
+    plugins on disk: JAX's machinery, not the function's effects, even when the build of
+    an autograd handle is what makes JAX compile first (a fresh process: nothing compiled).
+    The handle must build a tape and stay right after a change of the data."""
+    code = textwrap.dedent(
+        """
+        from IPython.core.interactiveshell import InteractiveShell
+        sh = InteractiveShell.instance()
+        def run(c):
+            r = sh.run_cell(c)
+            assert r.success, r
+        run("%load_ext ipyrefresh")
+        run('''
+        import autograd, autograd.numpy as np, numpy as onp, ipyrefresh
+        from ipyrefresh import grad
+        import jax, jax.numpy as jnp
+        K = jax.random.PRNGKey(0)
+        W = onp.array([1.0, 2.0])
+        def f(x):
+            noise = onp.asarray(jax.random.normal(K, (2,)))
+            c = float(jnp.sum(jnp.asarray(W) ** 2))
+            return np.sum(np.sin(x) ** 2 + noise * x) * c
+        df = grad(f)
+        x = onp.array([0.3, 0.4])
+        for _ in range(2):
+            assert (df(x) == autograd.grad(f)(x)).all()
+        W[0] = 3.0
+        for _ in range(2):
+            assert (df(x) == autograd.grad(f)(x)).all()
+        ''')
+        (entry,) = sh.user_ns["ipyrefresh"].status()["entries"]
+        print(repr(entry["fallback"]))
+        """
+    )
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "''", out.stdout

@@ -406,8 +406,9 @@ def _machinery(code: CodeType) -> bool:
     module's output and the source line it shows (read through ``linecache``: a replay
     warns through numpy itself, and Python shows a warning once per place anyway), the
     file reads of a first import, ipyrefresh's own work, and JAX's tracing and compiling
-    under :func:`jax_work` (its clocks, logs and caches; what a jitted function does at
-    run time is JAX's business, ``jax.debug.print`` included)."""
+    (its clocks, logs and caches; what a jitted function does at run time is JAX's
+    business, ``jax.debug.print`` included), except JAX's functions that do what the user
+    asks of them: :func:`_jax_runs_the_users`."""
     name = os.path.normcase(code.co_filename)
     if (
         name == _WARNINGS_FILE
@@ -417,8 +418,6 @@ def _machinery(code: CodeType) -> bool:
         or name.startswith(_OWN_DIR)
     ):
         return True
-    if not getattr(_local, "jax", 0):
-        return False
     for package in ("jax", "jaxlib"):
         module = sys.modules.get(package)
         if module is not None and package not in _machinery_dirs:
@@ -428,8 +427,18 @@ def _machinery(code: CodeType) -> bool:
             )
         prefix = _machinery_dirs.get(package)
         if prefix and name.startswith(prefix):
-            return not name[len(prefix) :].startswith(_JAX_CALLERS)
+            return not _jax_runs_the_users(code, name[len(prefix) :])
     return False
+
+
+def _jax_runs_the_users(code: CodeType, path: str) -> bool:
+    """JAX's code that runs what the user names: its tree utilities call the functions
+    they are given (``tree_map(print, xs)``), ``jnp.load`` reads the user's file. Their
+    frames are their caller's: the walk goes on to it (JAX's own code, or the user's)."""
+    if path.startswith(_JAX_CALLERS):
+        return True
+    load = getattr(sys.modules.get("jax.numpy"), "load", None)
+    return code is getattr(load, "__code__", None)
 
 
 def _called_by_machinery(code: CodeType) -> bool:
@@ -465,19 +474,6 @@ def _by_machinery(frame: FrameType) -> bool:
 # -- the hooks -------------------------------------------------------------------------------
 
 _local = threading.local()
-
-
-@contextlib.contextmanager
-def jax_work() -> Iterator[None]:
-    """ipyrefresh's JAX backend traces, compiles or runs JAX in this thread: JAX's own
-    code is machinery meanwhile (its clocks, logs, settings and caches). Elsewhere JAX is
-    a library like any other, called by the user's function (``jnp.load`` reads the
-    user's file)."""
-    _local.jax = getattr(_local, "jax", 0) + 1
-    try:
-        yield
-    finally:
-        _local.jax -= 1
 
 
 def _in_gc() -> bool:

@@ -49,7 +49,6 @@ from ..guard import Guard
 from ..keys import Transform
 from ..nodes import MISSING, Scalar, is_key
 from ..readers import ArgReader, FixedReader, Reader
-from ..recorder import jax_work
 from ..snapshot import Unguardable, Walker
 from .base import Miss, PythonVariant, Request, Traced, Variant
 
@@ -521,12 +520,6 @@ class JaxCompiler:
     def trace(
         self, fn: Any, request: Request, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Traced:
-        with jax_work():
-            return self._trace(fn, request, args, kwargs)
-
-    def _trace(
-        self, fn: Any, request: Request, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Traced:
         code = getattr(fn, "__code__", None) if type(fn) is FunctionType else None
         unread = unread_arguments(code, len(args), tuple(kwargs))[0] if code else frozenset()
         diff = () if request.transform is Transform.JIT else request.argnums
@@ -623,11 +616,11 @@ class JaxCompiler:
             # Lowering, compiling and running what was traced: JAX's code only (its trace
             # cache answers the call; ``once`` refuses to run the function again).
             try:
-                with jax_work(), context():
+                with context():
                     return jitted(*passed, **passed_kw)
             except _Retrace:
                 out.unsupported = "jax.jit traced again after the build's trace"
-                with jax_work(), context():
+                with context():
                     return reference(fn, request, args, kwargs)
 
         def compile_variant(guard: Guard) -> Variant:
@@ -667,7 +660,7 @@ class JaxCompiler:
 
         def run(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             context = kept if kept is not None else new_context()
-            with jax_work(), context():
+            with context():
                 return reference(fn, request, args, kwargs)
 
         return PythonVariant(run, guard, why, "unjitted JAX")
