@@ -2245,13 +2245,17 @@ def test_a_file_read_through_jnp_load(jp: Shell, tmp_path: Any, handle: str) -> 
         check(jp, "dh(x)", oracle, what=f"{v} on disk")
 
 
+@pytest.mark.parametrize("tree_map", ["jax.tree_util.tree_map", "jax.tree.map"])
 @pytest.mark.parametrize("handle", ["rj.grad", "rj.jit"])
-def test_a_function_tree_map_runs_prints_at_every_call(jp: Shell, capsys, handle: str) -> None:  # type: ignore[no-untyped-def]
-    """``jax.tree_util.tree_map(print, ...)`` prints at every call of unjitted JAX; a
-    handle that compiled it printed only at its build."""
+def test_a_function_tree_map_runs_prints_at_every_call(
+    jp: Shell, capsys, handle: str, tree_map: str
+) -> None:  # type: ignore[no-untyped-def]
+    """``jax.tree_util.tree_map(print, ...)`` (or ``jax.tree.map``, another file of JAX's)
+    prints at every call of unjitted JAX; a handle that compiled it printed only at its
+    build."""
     jp.run(
         "def f(x):\n"
-        "    jax.tree_util.tree_map(print, ['tree_map printed'])\n"
+        f"    {tree_map}(print, ['tree_map printed'])\n"
         "    return jnp.sum(jnp.sin(x) * x)\n"
         f"dh = {handle}(f)"
     )

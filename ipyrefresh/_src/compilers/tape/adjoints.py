@@ -59,8 +59,8 @@ def is_autograds_rule(prim: Any) -> bool:
 
 def is_container_take_rule() -> bool:
     """``container_take``'s VJP is still autograd's (builtins.grad_container_take)."""
-    functions = _rule_functions(container_take)
-    return bool(functions) and all(f is grad_container_take for f in functions or ())
+    functions = _rule_functions(container_take) or []
+    return bool(functions) and all(f is grad_container_take for f in functions)
 
 
 def _rule_functions(prim: Any) -> list[Any] | None:
