@@ -285,17 +285,38 @@ def _bound_executing_cache(filename: str) -> None:
 
 
 def _unique_site(statements: Any, frame: FrameType, fun: Any) -> CallSite | None:
-    sites = set()
-    for statement in statements:
-        for node in ast.walk(statement):
-            if isinstance(node, ast.Call):
-                site = _site_of(node)
-                if site.path is not None and _follow(frame.f_globals, site.path, fun):
-                    sites.add(site)
+    sites = {
+        site
+        for statement in statements
+        for site in _sites_in(statement)
+        if site.path is not None and _follow(frame.f_globals, site.path, fun)
+    }
     return sites.pop() if len(sites) == 1 else None
 
 
+#: What the syntax says, per node of a tree ``executing`` keeps: a handle made in a loop
+#: (``for x in xs: grad(f)(x)``) meets the same nodes at every turn. The entries go with
+#: the trees (see ``_bound_executing_cache``).
+_SITE: weakref.WeakKeyDictionary[ast.AST, CallSite] = weakref.WeakKeyDictionary()
+_SITES_IN: weakref.WeakKeyDictionary[ast.AST, tuple[CallSite, ...]] = weakref.WeakKeyDictionary()
+
+
+def _sites_in(statement: ast.AST) -> tuple[CallSite, ...]:
+    sites = _SITES_IN.get(statement)
+    if sites is None:
+        calls = (node for node in ast.walk(statement) if isinstance(node, ast.Call))
+        sites = _SITES_IN[statement] = tuple(_site_of(node) for node in calls)
+    return sites
+
+
 def _site_of(node: ast.Call) -> CallSite:
+    site = _SITE.get(node)
+    if site is None:
+        site = _SITE[node] = _read_site(node)
+    return site
+
+
+def _read_site(node: ast.Call) -> CallSite:
     arg: ast.expr | None = node.args[0] if node.args else None
     for kw in node.keywords:
         if kw.arg in ("fun", "f", "fn"):
