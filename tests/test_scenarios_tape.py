@@ -698,6 +698,37 @@ def test_random_draws_through_import_module(anynb: Shell, modules: Any) -> None:
     )
 
 
+#: Reading a generator's state is reading data that any draw, anywhere, changes.
+STATE_READS = {
+    "RandomState.get_state": "RS.get_state()[2]",
+    "Generator.bit_generator.state": "RNG.bit_generator.state['state']['state']",
+    "BitGenerator.state": "BG.state['state']['state']",
+}
+
+
+@pytest.mark.parametrize("read", list(STATE_READS))
+def test_a_generators_state_read_without_a_draw(anynb: Shell, read: str) -> None:
+    """f draws nothing, so its tape is compiled; the generator advances outside f (in a
+    cell, in a function, in a loop between calls) and the next answer must follow."""
+    anynb.run(
+        "RS = onp.random.RandomState(0)\nRNG = onp.random.default_rng(3)\n"
+        "BG = onp.random.PCG64(1)\n"
+        f"def f(x):\n    return np.sum(x * ({STATE_READS[read]} % 7))\n"
+        "dh = grad(f)\nx = np.array([1.0, 2.0])\n"
+        "def advance():\n    RS.rand(); RNG.random(); BG.random_raw()"
+    )
+    check(anynb, "dh(x)", "autograd.grad(f)(x)", 3)
+    anynb.run("RS.rand(); RNG.random(); BG.random_raw()")
+    check(anynb, "dh(x)", "autograd.grad(f)(x)", 2, what="after draws in a cell:")
+    anynb.run(
+        "pairs = []\nfor _ in range(4):\n    advance()\n"
+        "    pairs.append((dh(x), autograd.grad(f)(x)))"
+    )
+    for k, (got, want) in enumerate(anynb.ns["pairs"]):
+        assert_same(got, want, f"after draws in a loop, turn {k + 1}")
+    assert len({w.tobytes() for _, w in anynb.ns["pairs"]}) > 1  # (the state did matter)
+
+
 def test_unseeded_generator_inside_differs_every_call(anynb: Shell) -> None:
     """A fresh autograd computation draws new OS entropy every call: answers differ."""
     anynb.run(

@@ -30,8 +30,8 @@ from .changes import ChangeKind
 from .compilers.base import Compiler, Request, Variant
 from .entry import BuildInfo
 from .guard import Guard
-from .nodes import Function, Identity, Method, Mismatch, Node
-from .readers import TargetReader
+from .nodes import MISSING, Function, Identity, Method, Mismatch, Node, Ref
+from .readers import FixedReader, TargetReader
 from .recorder import CallLog, record, recording_possible
 from .snapshot import Unguardable, Walker, rng_state, rules_of
 
@@ -98,6 +98,7 @@ def run_build(
     raced = None if before_error or changed else before.check_interpreted(fn, args, kwargs)
     guard.add(rules_of(traced.primitives))
     known = {id(g) for _, g in rngs}
+    reached = {id(g) for _, g in guard.rngs}
     late = [name for name, g in guard.rngs if id(g) not in known]
     if late:  # its state before the run is unknown: it may have been drawn from
         effects.append(f"reaches a random generator only at run time ({late[0]})")
@@ -122,6 +123,17 @@ def run_build(
             variant = compiler.fallback(request, guard, why)
             event = f"built; runs {variant.describe()}: {why}"
             return Outcome(result, variant, info, event, raced)
+        # What it read of the generators it reached (``RS.get_state()``, a
+        # ``bit_generator.state``) changes whenever anyone draws: a replay holds while
+        # their states are those of the run (it drew from none of them, or it would not
+        # be compiled; a fallback runs the code and reads them anew).
+        guard.add(
+            [
+                (FixedReader(Ref(gen)), _RandomState(f"{name} (its state)", state))
+                for (name, gen), state in zip(rngs, states, strict=True)
+                if id(gen) in reached
+            ]
+        )
         return Outcome(result, traced.compile(guard), info, "built", raced)
     finally:
         guard.argument_arrays = []
@@ -314,6 +326,21 @@ def _rng_state(gen: Any) -> Any:
         return rng_state(gen)
     except Exception:  # a generator subclass with an unusual state: compare by identity
         return id(gen)
+
+
+class _RandomState(Node):
+    """A random generator's state as the run found it (see :func:`_rng_state`)."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, label: str, state: Any) -> None:
+        super().__init__(label)
+        self.state = state
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if value is MISSING or _rng_state(value) != self.state:
+            return Mismatch(self.label, ChangeKind.MUTATED)
+        return None
 
 
 class _RecorderBusy(Node):
