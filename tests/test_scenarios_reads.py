@@ -10,6 +10,7 @@ and once more checking that ``ipyrefresh.status()`` does not call a changed entr
 from __future__ import annotations
 
 import decimal
+import gc
 import importlib
 import os
 import sys
@@ -808,6 +809,53 @@ CASES = [
         dh = grad(f)
         """,
         "sys.setrecursionlimit(sys.getrecursionlimit() + 500)",
+    ),
+    C(
+        "the_garbage_collectors_thresholds",
+        """
+        import gc
+        def f(x):
+            return x ** 2 * gc.get_threshold()[0] / 1000
+        x = 0.5
+        dh = grad(f)
+        """,
+        "gc.set_threshold(gc.get_threshold()[0] + 100)",
+    ),
+    C(
+        "the_garbage_collector_switched_off",
+        """
+        import gc
+        def f(x):
+            return x ** 2 * (2.0 if gc.isenabled() else 3.0)
+        x = 0.5
+        dh = grad(f)
+        """,
+        "gc.disable()",
+        again="gc.enable()",
+    ),
+    C(
+        "numpy_error_settings_read_by_geterr",
+        """
+        import numpy as onp
+        def f(x):
+            return x ** 2 * (2.0 if onp.geterr()["divide"] == "warn" else 3.0)
+        x = 0.5
+        dh = grad(f)
+        """,
+        "onp.seterr(divide='ignore')",
+        again="onp.seterr(divide='warn')",
+    ),
+    C(
+        "numpy_buffer_size",
+        """
+        import numpy as onp
+        def f(x):
+            return x ** 2 * onp.getbufsize() / 8192
+        x = 0.5
+        dh = grad(f)
+        """,
+        "onp.setbufsize(16384)",
+        again="onp.setbufsize(4096)",
     ),
     C(
         "decimal_context_precision_read_by_a_decimal_method",
@@ -1835,11 +1883,20 @@ def _setup(nb: Shell, case: Case, write) -> None:  # type: ignore[no-untyped-def
 def _clean_environment() -> Iterator[None]:
     limit, options = sys.getrecursionlimit(), np.get_printoptions()
     precision = decimal.getcontext().prec
+    errors, bufsize = np.geterr(), np.getbufsize()
+    collecting, thresholds = gc.isenabled(), gc.get_threshold()
     yield
     os.environ.pop("IPYREFRESH_TEST_SCALE", None)
     sys.setrecursionlimit(limit)
     np.set_printoptions(**options)
     decimal.getcontext().prec = precision
+    np.seterr(**errors)
+    np.setbufsize(bufsize)
+    gc.set_threshold(*thresholds)
+    if collecting:
+        gc.enable()
+    else:
+        gc.disable()
 
 
 @pytest.fixture(params=["with_extension", "without_extension"])

@@ -18,6 +18,7 @@ import _thread
 import builtins
 import contextlib
 import contextvars
+import faulthandler
 import gc
 import importlib
 import importlib.util
@@ -152,18 +153,24 @@ _FUNCTIONS.update(
 #: Only user code's own calls count: libraries read them as bounds, not as data
 #: (``inspect.unwrap``, which ``inspect.signature`` calls, reads the recursion limit).
 _INTERPRETER: dict[Any, str] = {
-    f: f"reads the interpreter's state (sys.{f.__name__})"
-    for f in (
-        getattr(sys, n, None)
-        for n in (
-            "getrecursionlimit",
-            "getswitchinterval",
-            "get_int_max_str_digits",
-            "getrefcount",
-            "getallocatedblocks",
-            "is_finalizing",
-        )
+    f: f"reads the interpreter's state ({module.__name__}.{f.__name__})"
+    for module, names in (
+        (
+            sys,
+            (
+                "getrecursionlimit",
+                "getswitchinterval",
+                "get_int_max_str_digits",
+                "getrefcount",
+                "getallocatedblocks",
+                "is_finalizing",
+            ),
+        ),
+        (gc, ("get_threshold", "isenabled", "get_count", "get_debug", "get_freeze_count")),
+        (faulthandler, ("is_enabled",)),
+        (_thread, ("stack_size",)),
     )
+    for f in (getattr(module, n, None) for n in names)
     if f is not None
 }
 _DATETIME_NOW = {"now", "utcnow", "today", "fromtimestamp"}
@@ -220,6 +227,7 @@ def _python_effects() -> dict[CodeType, PythonEffect]:
 
     found: dict[CodeType, PythonEffect] = {}
     numeric = "changes numpy's floating-point error handling while it runs"
+    settings = "reads numpy's floating-point settings (np.geterr, getbufsize, geterrcall)"
     text = "turns a traced value into text (str, print, an f-string): a replay keeps its digits"
     compares = "looks a traced value up in a traced sequence (in, index)"
     seq = abuiltins.SequenceBox
@@ -227,6 +235,7 @@ def _python_effects() -> dict[CodeType, PythonEffect]:
         (getattr(getattr(np, "errstate", None), "__enter__", None), numeric),
         (getattr(np, "seterr", None), numeric),
         (getattr(np, "seterrcall", None), numeric),
+        *((getattr(np, name, None), settings) for name in ("geterr", "getbufsize", "geterrcall")),
         (warnings.catch_warnings.__enter__, "catches or filters warnings while it runs"),
         (warnings.simplefilter, "catches or filters warnings while it runs"),
         (warnings.filterwarnings, "catches or filters warnings while it runs"),
