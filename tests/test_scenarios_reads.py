@@ -810,6 +810,77 @@ CASES = [
         """,
         "sys.setrecursionlimit(sys.getrecursionlimit() + 500)",
     ),
+    # -- identity: `is` between values that are equal --------------------------------------
+    C(
+        "a_tuple_sentinel_in_a_dict_compared_with_is",
+        """
+        MISSING = ("missing",)
+        CFG = {"mode": MISSING}
+        def f(x):
+            return x ** 2 * (2.0 if CFG["mode"] is MISSING else 3.0)
+        x = 0.5
+        dh = grad(f)
+        """,
+        "CFG['mode'] = ('missing',)",  # equal, and not the sentinel
+        again="CFG['mode'] = MISSING",
+    ),
+    C(
+        "a_string_made_the_same_object_by_intern",
+        """
+        import sys
+        SA = "ab"
+        SB = "".join(["a", "b"])
+        def f(x):
+            return x ** 2 * (2.0 if SA is SB else 3.0)
+        x = 0.5
+        dh = grad(f)
+        """,
+        "SB = sys.intern(SB)",
+        again="SB = ''.join(['a', 'b'])",
+    ),
+    C(
+        "a_float_rebound_to_an_equal_one_in_a_loop",
+        """
+        FA = 1e300
+        FB = FA
+        def f(x):
+            return x ** 2 * (2.0 if FA is FB else 3.0)
+        x = 0.5
+        dh = grad(f)
+        """,
+        "for _ in range(2):\n    FB = float('1e300')",
+        again="FB = FA",
+    ),
+    C(
+        "a_tuple_in_a_list_rebound_by_a_function",
+        """
+        T0 = (1.5, 2.5)
+        TL = [T0, (3.5,)]
+        def f(x):
+            return x ** 2 * (2.0 if TL[0] is T0 else 3.0)
+        def copy_first():
+            TL[0] = tuple(list(TL[0]))
+        x = 0.5
+        dh = grad(f)
+        """,
+        "copy_first()",
+        again="TL[0] = T0",
+    ),
+    C(
+        "an_argument_compared_with_is_to_a_global",
+        """
+        MISSING = ("missing",)
+        MODE = MISSING
+        def f(x, mode):
+            return x ** 2 * (2.0 if mode is MISSING else 3.0)
+        x = 0.5
+        dh = grad(f)
+        """,
+        "MODE = ('missing',)",
+        again="MODE = MISSING",
+        call="dh(x, MODE)",
+        oracle="autograd.grad(f)(x, MODE)",
+    ),
     C(
         "the_garbage_collectors_thresholds",
         """

@@ -179,6 +179,7 @@ def _walk(
         walker.call(args, kwargs, request.argnums)
         if log is not None:
             _dynamic(walker, log)
+        walker.finish()
     except Unguardable as exc:
         guard.unguardable = str(exc)
         # The walk stopped part-way, perhaps before the function itself was a root: its

@@ -160,8 +160,12 @@ def _absent(e: _Emitter, node: Node, v: str, arg: bool) -> None:
 
 def _scalar(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     assert isinstance(node, Scalar)
+    e.fail(_differs(e, node, v), e.node_fail(node, v, arg))
+
+
+def _differs(e: _Emitter, node: Scalar, v: str) -> str:
     k = e.const(node.value)
-    e.fail(f"{v} is not {k} and not _same({v}, {k})", e.node_fail(node, v, arg))
+    return f"{v} is not {k}" if node.exact else f"{v} is not {k} and not _same({v}, {k})"
 
 
 def _identity(e: _Emitter, node: Node, v: str, arg: bool) -> None:
@@ -227,8 +231,7 @@ def _cellnode(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     assert isinstance(node, Cell)
     inner, changed = node.inner, e.mismatch(node, ChangeKind.CLOSURE_CHANGED, arg)
     if type(inner) is Scalar:
-        k = e.const(inner.value)
-        e.fail(f"{v} is not {k} and not _same({v}, {k})", changed)
+        e.fail(_differs(e, inner, v), changed)
     elif type(inner) is Identity:
         e.fail(f"{v} is not {e.const(inner.ref)}()", changed)
     elif type(inner) is Absent:
@@ -256,6 +259,8 @@ def _scalar_seq(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     assert isinstance(node, ScalarSeq)
     t, values = e.const(node.type), e.const(node.values)
     e.fail(f"_type({v}) is not {t}", e.node_fail(node, v, arg))
+    if node.exact is not None:
+        e.fail(f"{v} is not {e.const(node.exact)}", e.node_fail(node, v, arg))
     _maxlen(e, node, v, arg)
     items = v if node.type is tuple else f"_tuple(_iterate({v}))"
     e.fail(

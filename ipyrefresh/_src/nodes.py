@@ -188,15 +188,19 @@ class Absent(Node):
 
 
 class Scalar(Node):
-    """An int, float, str, ... compared by type and value."""
+    """An int, float, str, ... compared by type and value; or, when ``exact`` (see
+    :func:`mark_exact`), the very object."""
 
-    __slots__ = ("value",)
+    __slots__ = ("exact", "value")
 
     def __init__(self, label: str, value: Any) -> None:
         super().__init__(label)
         self.value = value
+        self.exact = False
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if self.exact:
+            return None if value is self.value else self.fail(value)
         return None if same_scalar(value, self.value) else self.fail(value)
 
 
@@ -455,16 +459,20 @@ class ScalarSeq(Node):
     """A list, tuple or deque of scalars (a shape, a list of floats): type and values,
     and a deque's ``maxlen``."""
 
-    __slots__ = ("maxlen", "type", "values")
+    __slots__ = ("exact", "maxlen", "type", "values")
 
     def __init__(self, label: str, seq: Any) -> None:
         super().__init__(label)
         self.type = type(seq)
         self.values = tuple(_iterate(seq))
         self.maxlen = maxlen(seq)
+        #: A tuple that must be the very object (see :func:`mark_exact`), or None.
+        self.exact: tuple[Any, ...] | None = None
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
         if type(value) is not self.type:
+            return self.fail(value)
+        if self.exact is not None and value is not self.exact:
             return self.fail(value)
         if self.maxlen is not MISSING and maxlen(value) != self.maxlen:
             return Mismatch(self.label, ChangeKind.MUTATED)
@@ -472,6 +480,41 @@ class ScalarSeq(Node):
         if not same_scalars(items, self.values):
             return Mismatch(self.label, ChangeKind.MUTATED)
         return None
+
+
+def mark_exact(read: Sequence[tuple[Scalar | ScalarSeq, Any]]) -> None:
+    """Numbers, strings and tuples of them are compared by value, unless code could tell
+    two of them apart by identity: those a walk read in more than one place, or equal to
+    another it read (a sentinel, ``CFG['mode'] is MISSING``; a string made the same object
+    by ``sys.intern``). Those must stay the very objects they were (another equal object
+    is a change). What CPython makes one object whatever the code (None, booleans, small
+    ints, the empty tuple and string) needs no mark."""
+    groups: dict[Any, list[tuple[Scalar | ScalarSeq, Any]]] = {}
+    for node, value in read:
+        if _one_object_by_value(value):
+            continue
+        try:
+            key = (type(value), "NaN" if value != value else value)
+            groups.setdefault(key, []).append((node, value))
+        except (TypeError, ValueError):  # (unhashable, or no truth value: left by value)
+            continue
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        for node, value in members:
+            if type(node) is Scalar:
+                node.exact = True
+            elif type(node) is ScalarSeq and type(value) is tuple:
+                node.exact = value
+
+
+def _one_object_by_value(value: Any) -> bool:
+    t = type(value)
+    if t is int:
+        return bool(-5 <= value <= 256)  # (CPython's cached small ints)
+    return (
+        value is None or t is bool or ((t is tuple or t is str or t is bytes) and len(value) == 0)
+    )
 
 
 class Seq(Node):

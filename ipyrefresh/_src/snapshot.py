@@ -89,6 +89,7 @@ from .nodes import (
     is_key,
     is_scalar,
     iterate,
+    mark_exact,
     part,
     set_items,
 )
@@ -217,12 +218,20 @@ class Walker:
         self._path: list[int] = []
         self._rngs: set[int] = set()
         self._modules: set[int] = set()
+        #: The numbers, strings and tuples of them read, for :meth:`finish`.
+        self._values: list[tuple[Scalar | ScalarSeq, Any]] = []
         self._in_argument = False  # walking an argument: arrays compared by contents
         self._source: str | None = None  # the user function whose reads are being walked
         #: Code objects whose function was walked (with their nested code).
         self.covered: set[CodeType] = set()
         #: Code objects of the function objects walked: their closures are checked.
         self.closures: set[CodeType] = set()
+
+    def finish(self) -> None:
+        """The walk is complete: values code could tell apart by identity are checked as
+        the very objects (see :func:`~ipyrefresh._src.nodes.mark_exact`)."""
+        mark_exact(self._values)
+        self._values = []
 
     # -- roots -------------------------------------------------------------------------
     def env_root(self, reader: Reader, node: Node) -> None:
@@ -379,7 +388,9 @@ class Walker:
             return Absent(label)
         t = type(value)
         if is_scalar(value):
-            return Scalar(label, value)
+            scalar = Scalar(label, value)
+            self._values.append((scalar, value))
+            return scalar
         if t is FunctionType:
             return self.function(value, label)
         if t is MethodType:
@@ -503,7 +514,10 @@ class Walker:
         items = list(iterate(value))
         if all(is_scalar(v) for v in items):
             self.guard.size += len(items)
-            return ScalarSeq(label, value)
+            scalars = ScalarSeq(label, value)
+            if type(value) is tuple:
+                self._values.append((scalars, value))
+            return scalars
         nodes = tuple(self.walk(v, f"{label}[{i}]") for i, v in enumerate(items))
         return Seq(label, value, nodes)
 
