@@ -703,6 +703,7 @@ STATE_READS = {
     "RandomState.get_state": "RS.get_state()[2]",
     "Generator.bit_generator.state": "RNG.bit_generator.state['state']['state']",
     "BitGenerator.state": "BG.state['state']['state']",
+    "numpy.random.get_state": "onp.random.get_state()[2]",  # (the global generator's)
 }
 
 
@@ -715,10 +716,10 @@ def test_a_generators_state_read_without_a_draw(anynb: Shell, read: str) -> None
         "BG = onp.random.PCG64(1)\n"
         f"def f(x):\n    return np.sum(x * ({STATE_READS[read]} % 7))\n"
         "dh = grad(f)\nx = np.array([1.0, 2.0])\n"
-        "def advance():\n    RS.rand(); RNG.random(); BG.random_raw()"
+        "def advance():\n    RS.rand(); RNG.random(); BG.random_raw(); onp.random.rand()"
     )
     check(anynb, "dh(x)", "autograd.grad(f)(x)", 3)
-    anynb.run("RS.rand(); RNG.random(); BG.random_raw()")
+    anynb.run("RS.rand(); RNG.random(); BG.random_raw(); onp.random.rand()")
     check(anynb, "dh(x)", "autograd.grad(f)(x)", 2, what="after draws in a cell:")
     anynb.run(
         "pairs = []\nfor _ in range(4):\n    advance()\n"
@@ -727,6 +728,29 @@ def test_a_generators_state_read_without_a_draw(anynb: Shell, read: str) -> None
     for k, (got, want) in enumerate(anynb.ns["pairs"]):
         assert_same(got, want, f"after draws in a loop, turn {k + 1}")
     assert len({w.tobytes() for _, w in anynb.ns["pairs"]}) > 1  # (the state did matter)
+
+
+def test_a_generator_drawn_from_between_calls_costs_a_bounded_number_of_builds(
+    nb: Shell,
+) -> None:
+    """f names a generator in a branch it does not take; the loop draws from it between
+    calls. Its state is checked (f could have read it), so the first draw sends the
+    entry to a build; from then on it runs plain autograd rather than build at every
+    call. Answers equal autograd's all along."""
+    nb.run(
+        "RS = onp.random.RandomState(0)\n"
+        "def f(x, noisy=False):\n"
+        "    if noisy:\n        x = x + RS.randn(2)\n"
+        "    return np.sum(np.sin(x) * x)\n"
+        "dh = grad(f)\nx = np.array([0.3, -0.7])\npairs = []\n"
+        "for _ in range(20):\n    RS.rand()\n"
+        "    pairs.append((dh(x), autograd.grad(f)(x)))"
+    )
+    for k, (got, want) in enumerate(nb.ns["pairs"]):
+        assert_same(got, want, f"call {k + 1}")
+    (entry,) = nb.ns["dh"].entries
+    assert entry.builds <= 3, (entry.builds, entry.last_event)
+    assert "drawn from between its calls (RS)" in entry.info.note, entry.info.note
 
 
 def test_unseeded_generator_inside_differs_every_call(anynb: Shell) -> None:

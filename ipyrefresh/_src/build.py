@@ -69,8 +69,10 @@ def run_build(
     request: Request,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    drawn_between_calls: bool = False,
 ) -> Outcome:
-    """See the module docstring."""
+    """See the module docstring. ``drawn_between_calls``: a generator an earlier build of
+    this entry reached was drawn from between its calls (see :class:`_RandomState`)."""
     if not compiler.needs_guard or _traced_elsewhere(args, kwargs):
         traced = compiler.trace(fn, request, args, kwargs)
         why = "" if not compiler.needs_guard else "called inside another autograd computation"
@@ -102,6 +104,11 @@ def run_build(
     late = [name for name, g in guard.rngs if id(g) not in known]
     if late:  # its state before the run is unknown: it may have been drawn from
         effects.append(f"reaches a random generator only at run time ({late[0]})")
+    if drawn_between_calls and guard.rngs:
+        # A replay checks the states of the generators it reached, and other code keeps
+        # drawing from one: rebuilt at every call, it would cost more than autograd.
+        name = guard.rngs[0][0]
+        effects.append(f"reaches a random generator drawn from between its calls ({name})")
     effects += _unboxes(log)
     info = BuildInfo(
         reads=sorted(set(guard.labels)),
@@ -129,7 +136,7 @@ def run_build(
         # be compiled; a fallback runs the code and reads them anew).
         guard.add(
             [
-                (FixedReader(Ref(gen)), _RandomState(f"{name} (its state)", state))
+                (FixedReader(Ref(gen)), _RandomState(name, state))
                 for (name, gen), state in zip(rngs, states, strict=True)
                 if id(gen) in reached
             ]
@@ -340,7 +347,7 @@ class _RandomState(Node):
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
         if value is MISSING or _rng_state(value) != self.state:
-            return Mismatch(self.label, ChangeKind.MUTATED)
+            return Mismatch(self.label, ChangeKind.DRAWN_FROM)
         return None
 
 

@@ -26,6 +26,7 @@ class ChangeKind(enum.Enum):
     ATTRIBUTES_CHANGED = "attributes changed"
     RULE_CHANGED = "gradient rule changed"
     MUTATED = "changed in place"
+    DRAWN_FROM = "drawn from (its state moved)"
     RESHAPED = "changed shape or dtype"
     CLASS_CHANGED = "class changed"
     NOT_CALLABLE = "is not callable any more"

@@ -286,7 +286,9 @@ class Engine:
         why = "; ".join(c.describe() for c in entry.reasons) if stale and entry.builds else ""
         compiler = compilers.get(entry.key.backend)
         try:
-            outcome = run_build(compiler, fn, label, entry.request, args, kwargs)
+            outcome = run_build(
+                compiler, fn, label, entry.request, args, kwargs, entry.drawn_between_calls
+            )
         except KeyboardInterrupt:
             if stale:
                 entry.invalidate(Change(ChangeKind.INTERRUPTED, cell=self.cell))

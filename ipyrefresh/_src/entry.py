@@ -52,6 +52,7 @@ class Entry:
     __slots__ = (
         "__weakref__",
         "builds",
+        "drawn_between_calls",
         "error",
         "example",
         "hits",
@@ -84,6 +85,8 @@ class Entry:
         self.info = BuildInfo()
         self.error = ""
         self.builds = 0
+        #: A generator a variant reached was drawn from between calls: builds run the code.
+        self.drawn_between_calls = False
         self.hits = 0
         self.example: tuple[tuple[Any, ...], dict[str, Any]] | None = None
         self.last_event = ""
@@ -125,6 +128,8 @@ class Entry:
 
     def drop(self, variant: Variant, change: Change) -> None:
         """One variant's code or data changed; the entry is stale when none is left."""
+        if change.kind is ChangeKind.DRAWN_FROM:
+            self.drawn_between_calls = True
         remaining = tuple(v for v in self.variants if v is not variant)
         if remaining:
             self.variants = remaining
@@ -139,6 +144,8 @@ class Entry:
         the state), so an interrupt between the two never leaves a FRESH entry without a
         variant; a variant briefly kept by a stale entry is still checked by its guard.
         """
+        if change.kind is ChangeKind.DRAWN_FROM:
+            self.drawn_between_calls = True
         was = self.state
         if self.state is not State.FAILED:
             self.state = State.STALE

@@ -107,6 +107,9 @@ _RNG_TYPES: tuple[type, ...] = (
     np.random.BitGenerator,
     random.Random,
 )
+#: A generator's methods that read its state without drawing; named as a library's
+#: function (``np.random.get_state``, the global generator's), they reach the generator.
+_STATE_READERS = frozenset({"get_state", "getstate", "__getstate__", "__reduce__"})
 _PLAIN_CONTAINERS = frozenset(
     {
         np.ndarray,
@@ -227,6 +230,14 @@ class Walker:
         #: Code objects of the function objects walked: their closures are checked.
         self.closures: set[CodeType] = set()
 
+    def _reach_rng(self, gen: Any, label: str) -> None:
+        """A random generator the code can draw from or read the state of (see
+        ``build.run_build``, which compares and guards its state)."""
+        if id(gen) not in self._rngs:
+            self._rngs.add(id(gen))
+            self._keep.append(gen)
+            self.guard.rngs.append((label, gen))
+
     def finish(self) -> None:
         """The walk is complete: values code could tell apart by identity are checked as
         the very objects (see :func:`~ipyrefresh._src.nodes.mark_exact`)."""
@@ -289,6 +300,9 @@ class Walker:
                 effect = value_effect(value)  # (os.urandom held, for map or partial)
                 if effect is not None:
                     raise Unguardable(f"{label} {effect}")
+                owner = getattr(value, "__self__", None)
+                if isinstance(owner, _RNG_TYPES) and value.__name__ in _STATE_READERS:
+                    self._reach_rng(owner, f"{label}'s generator")  # (np.random.get_state)
                 node = (
                     Primitive(label, value)
                     if _has_rule(value)
@@ -407,10 +421,7 @@ class Walker:
         if isinstance(value, type):
             return self.klass(value, label)
         if isinstance(value, _RNG_TYPES):
-            if id(value) not in self._rngs:
-                self._rngs.add(id(value))
-                self._keep.append(value)
-                self.guard.rngs.append((label, value))
+            self._reach_rng(value, label)
             return Identity(label, value)
         if t is BuiltinFunctionType:
             if _namespace_reader(value):  # under another name: G = globals; G()['a']
