@@ -867,6 +867,47 @@ CASES = [
         again="TL[0] = T0",
     ),
     C(
+        "an_item_of_a_list_of_numbers_compared_with_is",
+        """
+        X = 1000.5
+        L = [X, 2.5]
+        def f(x):
+            return x ** 2 * (2.0 if L[0] is X else 5.0)
+        x = 0.5
+        dh = grad(f)
+        """,
+        "X = 1000.5",  # (a new float object: equal, and no longer L[0])
+        again="L[0] = X",
+    ),
+    C(
+        "an_item_of_a_tuple_compared_with_is",
+        """
+        S = "a b"
+        T = (S, 1.5)
+        def f(x):
+            return x ** 2 * (2.0 if T[0] is S else 5.0)
+        x = 0.5
+        dh = grad(f)
+        """,
+        "S = ''.join(['a ', 'b'])",
+        again="T = (S, 1.5)",
+    ),
+    C(
+        "a_namedtuple_sentinel_compared_with_is",
+        """
+        from collections import namedtuple
+        P = namedtuple("P", "name weight")
+        MISSING = P("missing", 0.5)
+        CFG = {"mode": MISSING}
+        def f(x):
+            return x ** 2 * (2.0 if CFG["mode"] is MISSING else 5.0)
+        x = 0.5
+        dh = grad(f)
+        """,
+        "CFG['mode'] = P('missing', 0.5)",
+        again="CFG['mode'] = MISSING",
+    ),
+    C(
         "an_argument_compared_with_is_to_a_global",
         """
         MISSING = ("missing",)

@@ -55,6 +55,7 @@ from .nodes import (
     class_names,
     iterate,
     maxlen,
+    same_items,
     same_scalar,
     same_scalars,
 )
@@ -85,6 +86,7 @@ class _Emitter:
             "_len": len,
             "_same": same_scalar,
             "_same_all": same_scalars,
+            "_same_items": same_items,
             "_digest": array_digest,
             "_cell": _cell,
             "_vjps": primitive_vjps.get,
@@ -263,10 +265,11 @@ def _scalar_seq(e: _Emitter, node: Node, v: str, arg: bool) -> None:
         e.fail(f"{v} is not {e.const(node.exact)}", e.node_fail(node, v, arg))
     _maxlen(e, node, v, arg)
     items = v if node.type is tuple else f"_tuple(_iterate({v}))"
-    e.fail(
-        f"{v} is not {values} and not _same_all({items}, {values})",
-        e.mismatch(node, ChangeKind.MUTATED, arg),
-    )
+    changed = e.mismatch(node, ChangeKind.MUTATED, arg)
+    e.fail(f"{v} is not {values} and not _same_all({items}, {values})", changed)
+    if node.exact_items:
+        positions = e.const(node.exact_items)
+        e.fail(f"not _same_items({items}, {values}, {positions})", changed)
 
 
 def _maxlen(e: _Emitter, node: Seq | ScalarSeq, v: str, arg: bool) -> None:

@@ -459,7 +459,7 @@ class ScalarSeq(Node):
     """A list, tuple or deque of scalars (a shape, a list of floats): type and values,
     and a deque's ``maxlen``."""
 
-    __slots__ = ("exact", "maxlen", "type", "values")
+    __slots__ = ("exact", "exact_items", "maxlen", "type", "values")
 
     def __init__(self, label: str, seq: Any) -> None:
         super().__init__(label)
@@ -468,6 +468,8 @@ class ScalarSeq(Node):
         self.maxlen = maxlen(seq)
         #: A tuple that must be the very object (see :func:`mark_exact`), or None.
         self.exact: tuple[Any, ...] | None = None
+        #: The positions whose items must be the very objects they were.
+        self.exact_items: tuple[int, ...] = ()
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
         if type(value) is not self.type:
@@ -479,33 +481,52 @@ class ScalarSeq(Node):
         items = tuple(_iterate(value)) if self.type is not tuple else value
         if not same_scalars(items, self.values):
             return Mismatch(self.label, ChangeKind.MUTATED)
+        if self.exact_items and not same_items(items, self.values, self.exact_items):
+            return Mismatch(self.label, ChangeKind.MUTATED)
         return None
 
 
-def mark_exact(read: Sequence[tuple[Scalar | ScalarSeq, Any]]) -> None:
+def same_items(items: Sequence[Any], values: Sequence[Any], positions: Sequence[int]) -> bool:
+    """The items at ``positions`` are the very objects ``values`` holds there."""
+    return all(items[i] is values[i] for i in positions)
+
+
+#: A value a walk read: a number or string (a :class:`Scalar`), a tuple of them (a
+#: :class:`ScalarSeq`, position None), or one item of a list, tuple or deque of them (its
+#: position).
+ReadValue = tuple["Scalar | ScalarSeq", Any, int | None]
+
+
+def mark_exact(read: Sequence[ReadValue]) -> None:
     """Numbers, strings and tuples of them are compared by value, unless code could tell
     two of them apart by identity: those a walk read in more than one place, or equal to
     another it read (a sentinel, ``CFG['mode'] is MISSING``; a string made the same object
     by ``sys.intern``). Those must stay the very objects they were (another equal object
     is a change). What CPython makes one object whatever the code (None, booleans, small
     ints, the empty tuple and string) needs no mark."""
-    groups: dict[Any, list[tuple[Scalar | ScalarSeq, Any]]] = {}
-    for node, value in read:
+    groups: dict[Any, list[ReadValue]] = {}
+    for member in read:
+        value = member[1]
         if _one_object_by_value(value):
             continue
         try:
             key = (type(value), "NaN" if value != value else value)
-            groups.setdefault(key, []).append((node, value))
+            groups.setdefault(key, []).append(member)
         except (TypeError, ValueError):  # (unhashable, or no truth value: left by value)
             continue
+    positions: dict[ScalarSeq, list[int]] = {}
     for members in groups.values():
         if len(members) < 2:
             continue
-        for node, value in members:
+        for node, value, position in members:
             if type(node) is Scalar:
                 node.exact = True
-            elif type(node) is ScalarSeq and type(value) is tuple:
+            elif type(node) is ScalarSeq and position is not None:
+                positions.setdefault(node, []).append(position)
+            elif type(node) is ScalarSeq and isinstance(value, tuple):
                 node.exact = value
+    for seq, found in positions.items():
+        seq.exact_items = tuple(sorted(found))
 
 
 def _one_object_by_value(value: Any) -> bool:

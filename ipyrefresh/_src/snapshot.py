@@ -75,6 +75,7 @@ from .nodes import (
     Module,
     Node,
     Primitive,
+    ReadValue,
     Record,
     Reduced,
     Rule,
@@ -222,7 +223,7 @@ class Walker:
         self._rngs: set[int] = set()
         self._modules: set[int] = set()
         #: The numbers, strings and tuples of them read, for :meth:`finish`.
-        self._values: list[tuple[Scalar | ScalarSeq, Any]] = []
+        self._values: list[ReadValue] = []
         self._in_argument = False  # walking an argument: arrays compared by contents
         self._source: str | None = None  # the user function whose reads are being walked
         #: Code objects whose function was walked (with their nested code).
@@ -403,7 +404,7 @@ class Walker:
         t = type(value)
         if is_scalar(value):
             scalar = Scalar(label, value)
-            self._values.append((scalar, value))
+            self._values.append((scalar, value, None))
             return scalar
         if t is FunctionType:
             return self.function(value, label)
@@ -525,9 +526,12 @@ class Walker:
         items = list(iterate(value))
         if all(is_scalar(v) for v in items):
             self.guard.size += len(items)
+            if self.guard.size > self.budget:
+                raise Unguardable(f"it reads more than {self.budget:,} values")
             scalars = ScalarSeq(label, value)
-            if type(value) is tuple:
-                self._values.append((scalars, value))
+            if isinstance(value, tuple):
+                self._values.append((scalars, value, None))
+            self._values += [(scalars, v, i) for i, v in enumerate(items)]
             return scalars
         nodes = tuple(self.walk(v, f"{label}[{i}]") for i, v in enumerate(items))
         return Seq(label, value, nodes)
