@@ -498,12 +498,13 @@ ReadValue = tuple["Scalar | ScalarSeq", Any, int | None]
 
 
 def mark_exact(read: Sequence[ReadValue]) -> None:
-    """Numbers, strings and tuples of them are compared by value, unless code could tell
-    two of them apart by identity: those a walk read in more than one place, or equal to
-    another it read (a sentinel, ``CFG['mode'] is MISSING``; a string made the same object
-    by ``sys.intern``). Those must stay the very objects they were (another equal object
-    is a change). What CPython makes one object whatever the code (None, booleans, small
-    ints, the empty tuple and string) needs no mark."""
+    """Numbers, strings and tuples of them (and the items of lists, tuples and deques of
+    them) are compared by value, unless code could tell two of them apart by identity:
+    those a walk read in more than one place, or equal to another it read (a sentinel,
+    ``CFG['mode'] is MISSING``; a string made the same object by ``sys.intern``). Those
+    must stay the very objects they were (another equal object is a change). What CPython
+    makes one object whatever the code (None, booleans, small ints, the empty tuple and
+    string) needs no mark."""
     groups: dict[Any, list[ReadValue]] = {}
     for member in read:
         value = member[1]
