@@ -908,21 +908,6 @@ CASES = [
         again="CFG['mode'] = MISSING",
     ),
     C(
-        "an_argument_compared_with_is_to_a_global",
-        """
-        MISSING = ("missing",)
-        MODE = MISSING
-        def f(x, mode):
-            return x ** 2 * (2.0 if mode is MISSING else 3.0)
-        x = 0.5
-        dh = grad(f)
-        """,
-        "MODE = ('missing',)",
-        again="MODE = MISSING",
-        call="dh(x, MODE)",
-        oracle="autograd.grad(f)(x, MODE)",
-    ),
-    C(
         "the_garbage_collectors_thresholds",
         """
         import gc

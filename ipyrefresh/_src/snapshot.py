@@ -241,7 +241,10 @@ class Walker:
 
     def finish(self) -> None:
         """The walk is complete: values code could tell apart by identity are checked as
-        the very objects (see :func:`~ipyrefresh._src.nodes.mark_exact`)."""
+        the very objects (see :func:`~ipyrefresh._src.nodes.mark_exact`). Not the
+        arguments' values: a literal passed in each cell (``step(p, x, y, 0.1)``) is a new
+        object each time, and equal to a setting read (``Cfg.wd = 0.1``) it would take a
+        new path in every cell."""
         mark_exact(self._values)
         self._values = []
 
@@ -404,7 +407,8 @@ class Walker:
         t = type(value)
         if is_scalar(value):
             scalar = Scalar(label, value)
-            self._values.append((scalar, value, None))
+            if not self._in_argument:  # (see :meth:`finish`)
+                self._values.append((scalar, value, None))
             return scalar
         if t is FunctionType:
             return self.function(value, label)
@@ -529,9 +533,10 @@ class Walker:
             if self.guard.size > self.budget:
                 raise Unguardable(f"it reads more than {self.budget:,} values")
             scalars = ScalarSeq(label, value)
-            if isinstance(value, tuple):
-                self._values.append((scalars, value, None))
-            self._values += [(scalars, v, i) for i, v in enumerate(items)]
+            if not self._in_argument:  # (see :meth:`finish`)
+                if isinstance(value, tuple):
+                    self._values.append((scalars, value, None))
+                self._values += [(scalars, v, i) for i, v in enumerate(items)]
             return scalars
         nodes = tuple(self.walk(v, f"{label}[{i}]") for i, v in enumerate(items))
         return Seq(label, value, nodes)
