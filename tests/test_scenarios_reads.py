@@ -26,6 +26,7 @@ from .conftest import Shell
 from .scenario_helpers import (
     PRELUDE,
     check,
+    diff,
     printed_lines,
     rewrite,
     states,
@@ -906,6 +907,37 @@ CASES = [
         """,
         "CFG['mode'] = P('missing', 0.5)",
         again="CFG['mode'] = MISSING",
+    ),
+    C(
+        "an_argument_compared_with_is_to_a_global_sentinel",
+        """
+        MISSING = ("missing",)
+        MODE = MISSING
+        def f(x, mode):
+            return x ** 2 * (2.0 if mode is MISSING else 5.0)
+        x = 0.5
+        dh = grad(f)
+        """,
+        "MODE = ('missing',)",  # equal, and not the sentinel
+        again="MODE = MISSING",
+        call="dh(x, MODE)",
+        oracle="autograd.grad(f)(x, MODE)",
+    ),
+    C(
+        "a_keyword_argument_the_same_float_as_a_setting",
+        """
+        class Cfg:
+            wd = 1e-3
+        WD = Cfg.wd
+        def f(x, wd=None):
+            return x ** 2 * (2.0 if wd is Cfg.wd else 5.0)
+        x = 0.5
+        dh = grad(f)
+        """,
+        "WD = float('1e-3')",
+        again="WD = Cfg.wd",
+        call="dh(x, wd=WD)",
+        oracle="autograd.grad(f)(x, wd=WD)",
     ),
     C(
         "the_garbage_collectors_thresholds",
@@ -2307,3 +2339,27 @@ def test_a_file_read_through_jax_numpy_in_an_autograd_function(nb: Shell, tmp_pa
     for v in [3.0, 5.0]:
         np.save(path, np.array(v))
         check(nb, "dh(x)", "autograd.grad(f)(x)", what=f"{v} on disk:")
+
+
+def test_equal_values_rebound_without_changing_which_is_which_build_once(nb: Shell) -> None:
+    """f reads two equal floats, so which of them are one object is part of what it saw;
+    a loop rebinds one to an equal new object (still not the other) before each call and
+    passes an equal literal: nothing code could tell changed, and one build serves every
+    call. Making them one object, or passing the global itself, is a change."""
+    nb.run(
+        "LR = float('0.5')\nWD = float('0.5')\n"
+        "def f(x, s):\n"
+        "    return x ** 2 * (2.0 if LR is WD else 3.0) * (5.0 if s is LR else 7.0)\n"
+        "dh = grad(f)\nx = 0.5\npairs = []\n"
+        "for _ in range(20):\n    LR = float('0.5')\n"
+        "    pairs.append((dh(x, float('0.5')), autograd.grad(f)(x, float('0.5'))))\n"
+    )
+    for k, (got, want) in enumerate(nb.ns["pairs"]):
+        assert not diff(got, want), f"call {k + 1}: {diff(got, want)}"
+    (entry,) = nb.ns["dh"].entries
+    assert entry.builds == 1, (entry.builds, entry.last_event)
+    nb.run("WD = LR")
+    check(nb, "dh(x, 0.5)", "autograd.grad(f)(x, 0.5)", 2, "after WD = LR:")
+    check(nb, "dh(x, LR)", "autograd.grad(f)(x, LR)", 2, "passing LR itself:")
+    assert nb.run("dh(x, LR)") == 2.0 * 5.0 * 2 * 0.5
+

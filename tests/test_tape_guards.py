@@ -22,8 +22,11 @@ from autograd.extend import defvjp, notrace_primitive, primitive
 from autograd.tracer import getval
 
 import ipyrefresh
+from ipyrefresh._src.changes import ChangeKind
 from ipyrefresh._src.engine import MAX_VARIANTS, Engine
 from ipyrefresh._src.handles import Derivative
+from ipyrefresh._src.identity import UNSEEN, Relation
+from ipyrefresh._src.nodes import Mismatch
 
 from .conftest import Shell
 from .oracle import same_result
@@ -922,3 +925,28 @@ def test_a_fallback_for_what_cannot_be_read_is_left_when_the_function_changes(
     assert ip.ns["r"] == (3.0, 3.0)
     (after,) = ipyrefresh.status()["entries"]
     assert after["fallback"] == "" and after["runs"][0].startswith("tape"), after
+
+
+def test_the_identity_relation_is_which_reads_are_one_object() -> None:
+    """Equal values read in three places: the first two one object, the third another.
+    Any objects in the same relation pass; a change of the relation names the first read
+    where it differs; a read no node checked is left out; an argument counts only while
+    the guard still checks that argument."""
+    a, b, c = float("1e300"), float("1e300"), float("1e300")
+    bad = [Mismatch(f"r{i}", ChangeKind.REBOUND, i == 3) for i in range(4)]
+    relation = Relation()
+    for i, obj in enumerate([a, a, b]):
+        relation.add(obj, bad[i], None)
+    relation.add(a, bad[3], "mode")
+    env, full = relation.checks(())
+    assert env([a, a, b, UNSEEN]) is None
+    assert env([c, c, a, UNSEEN]) is None  # (new objects, the same relation)
+    assert env([a, b, b, UNSEEN]) is bad[1]
+    assert env([a, a, a, UNSEEN]) is bad[2]
+    assert env([a, UNSEEN, c, UNSEEN]) is None
+    assert env([a, UNSEEN, a, UNSEEN]) is bad[2]
+    assert full([a, a, b, c]) is None  # (the argument is not checked)
+    env, full = relation.checks(("mode",))
+    assert full([a, a, b, a]) is None
+    assert full([a, a, b, c]) is bad[3]
+    assert full([c, c, b, c]) is None

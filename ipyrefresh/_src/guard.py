@@ -10,8 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .identity import SEEN, UNSEEN, IdentityCheck, Relation
 from .nodes import Mismatch, Node
-from .readers import Reader
+from .readers import ArgReader, Reader
 
 Check = Callable[[Any, tuple[Any, ...], dict[str, Any], bool], Mismatch | None]
 
@@ -35,6 +36,8 @@ class Guard:
     #: compiler copies those its artifact keeps. Emptied once the variant is made, so
     #: that a guard never keeps the caller's arrays alive.
     argument_arrays: list[Any] = field(default_factory=list)
+    #: Which of the equal values read were the same object (see ``identity.py``).
+    relation: Relation | None = None
     _checks: tuple[Check, Check] | None = None
 
     def add(self, roots: list[tuple[Reader, Node]]) -> None:
@@ -47,8 +50,16 @@ class Guard:
         if checks is None:
             from .guardgen import compile_guard
 
-            checks = self._checks = compile_guard(self.env, self.args)
+            checks = self._checks = compile_guard(self.env, self.args, self.identity_checks())
         return checks
+
+    def identity_checks(self) -> tuple[IdentityCheck, IdentityCheck] | None:
+        """The identity relation's checks of the code and data, and of everything (the
+        arguments the guard still checks: a compiler may have left some to its own
+        cache), or None."""
+        if self.relation is None:
+            return None
+        return self.relation.checks({r.key for r, _ in self.args if type(r) is ArgReader})
 
     def check(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Mismatch | None:
         """Code, data and arguments, array contents included: may this build answer?"""
@@ -68,14 +79,20 @@ class Guard:
     ) -> Mismatch | None:
         """The same verdict as :meth:`check` (``env_only``: as :meth:`check_env`), node by
         node (the reference for tests)."""
-        for reader, node in self.env:
-            bad = node.check(reader.read(fn, args, kwargs), deep)
-            if bad is not None:
-                return bad
-        if env_only:
+        identity = self.identity_checks()
+        objs = SEEN.objs = [UNSEEN] * len(self.relation.objs) if self.relation else None
+        try:
+            for reader, node in self.env:
+                bad = node.check(reader.read(fn, args, kwargs), deep)
+                if bad is not None:
+                    return bad
+            if not env_only:
+                for reader, node in self.args:
+                    bad = node.check(reader.read(fn, args, kwargs), deep)
+                    if bad is not None:
+                        return Mismatch(bad.subject, bad.kind, True)
+        finally:
+            SEEN.objs = None
+        if identity is None or objs is None:
             return None
-        for reader, node in self.args:
-            bad = node.check(reader.read(fn, args, kwargs), deep)
-            if bad is not None:
-                return Mismatch(bad.subject, bad.kind, True)
-        return None
+        return identity[0 if env_only else 1](objs)

@@ -28,6 +28,7 @@ from .changes import ChangeKind
 from .code import GENERATED_FILE
 from .digest import array_digest
 from .guard import Check
+from .identity import SEEN, UNSEEN, IdentityCheck
 from .keys import arg_signature
 from .nodes import (
     GONE,
@@ -55,9 +56,9 @@ from .nodes import (
     class_names,
     iterate,
     maxlen,
-    same_items,
     same_scalar,
     same_scalars,
+    seen_items,
 )
 from .readers import ArgReader, CallReader, FixedReader, NameReader, Reader, TargetReader
 
@@ -86,7 +87,9 @@ class _Emitter:
             "_len": len,
             "_same": same_scalar,
             "_same_all": same_scalars,
-            "_same_items": same_items,
+            "_seen_items": seen_items,
+            "_SEEN": SEEN,
+            "_UNSEEN": UNSEEN,
             "_digest": array_digest,
             "_cell": _cell,
             "_vjps": primitive_vjps.get,
@@ -163,11 +166,18 @@ def _absent(e: _Emitter, node: Node, v: str, arg: bool) -> None:
 def _scalar(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     assert isinstance(node, Scalar)
     e.fail(_differs(e, node, v), e.node_fail(node, v, arg))
+    _seen(e, node.slot, v)
 
 
 def _differs(e: _Emitter, node: Scalar, v: str) -> str:
     k = e.const(node.value)
-    return f"{v} is not {k}" if node.exact else f"{v} is not {k} and not _same({v}, {k})"
+    return f"{v} is not {k} and not _same({v}, {k})"
+
+
+def _seen(e: _Emitter, slot: int | None, v: str) -> None:
+    """The object found goes in its slot of the identity relation (see ``identity.py``)."""
+    if slot is not None:
+        e.line(f"S[{slot}] = {v}")
 
 
 def _identity(e: _Emitter, node: Node, v: str, arg: bool) -> None:
@@ -234,6 +244,7 @@ def _cellnode(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     inner, changed = node.inner, e.mismatch(node, ChangeKind.CLOSURE_CHANGED, arg)
     if type(inner) is Scalar:
         e.fail(_differs(e, inner, v), changed)
+        _seen(e, inner.slot, v)
     elif type(inner) is Identity:
         e.fail(f"{v} is not {e.const(inner.ref)}()", changed)
     elif type(inner) is Absent:
@@ -261,15 +272,13 @@ def _scalar_seq(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     assert isinstance(node, ScalarSeq)
     t, values = e.const(node.type), e.const(node.values)
     e.fail(f"_type({v}) is not {t}", e.node_fail(node, v, arg))
-    if node.exact is not None:
-        e.fail(f"{v} is not {e.const(node.exact)}", e.node_fail(node, v, arg))
     _maxlen(e, node, v, arg)
     items = v if node.type is tuple else f"_tuple(_iterate({v}))"
     changed = e.mismatch(node, ChangeKind.MUTATED, arg)
     e.fail(f"{v} is not {values} and not _same_all({items}, {values})", changed)
-    if node.exact_items:
-        positions = e.const(node.exact_items)
-        e.fail(f"not _same_items({items}, {values}, {positions})", changed)
+    _seen(e, node.slot, v)
+    if node.item_slots:
+        e.line(f"_seen_items(S, {items}, {e.const(node.item_slots)})")
 
 
 def _maxlen(e: _Emitter, node: Seq | ScalarSeq, v: str, arg: bool) -> None:
@@ -435,10 +444,13 @@ def _read(e: _Emitter, reader: Reader) -> str:
 
 
 def compile_guard(
-    env: list[tuple[Reader, Node]], args: list[tuple[Reader, Node]]
+    env: list[tuple[Reader, Node]],
+    args: list[tuple[Reader, Node]],
+    identity: tuple[IdentityCheck, IdentityCheck] | None = None,
 ) -> tuple[Check, Check]:
     """Two functions ``(fn, args, kwargs, deep) -> Mismatch | None``: the code and data
-    (``env``), and everything (``env`` then the arguments)."""
+    (``env``), and everything (``env`` then the arguments); each ends with its check of
+    the identity relation, if there is one."""
     e = _Emitter()
     for reader, node in env:
         e.emit(node, _read(e, reader), False)
@@ -447,13 +459,17 @@ def compile_guard(
         e.emit(node, _read(e, reader), True)
     # The same two names in every guard (each has a namespace of its own): compiled names
     # are interned, and on Python 3.12+ interned strings live forever.
+    if identity is None:
+        env_body, full_body = _body(env_lines, "None"), _body(e.lines, "None")
+    else:
+        size = 1 + max(identity[1].slots, default=-1)
+        env_body = _related(env_lines, e.const(identity[0]), size)
+        full_body = _related(e.lines, e.const(identity[1]), size)
     source = (
         "def env(fn, args, kwargs, deep):\n"
-        + "\n".join(env_lines)
-        + "\n    return None\n"
+        + env_body
         + "def full(fn, args, kwargs, deep):\n"
-        + "\n".join(e.lines)
-        + "\n    return None\n"
+        + full_body
     )
     exec(compile(source, GENERATED_FILE, "exec"), e.ns)
     env_check, full_check = e.ns["env"], e.ns["full"]
@@ -461,3 +477,20 @@ def compile_guard(
     env_check.__qualname__, full_check.__qualname__ = f"env_{n}", f"full_{n}"
     full_check.source = source  # for reading it when debugging: guard._compiled()[1].source
     return env_check, full_check
+
+
+def _body(lines: list[str], result: str) -> str:
+    return "".join(line + "\n" for line in lines) + f"    return {result}\n"
+
+
+def _related(lines: list[str], identity: str, size: int) -> str:
+    """The checks, each node with a slot putting the object it found in ``S`` (nodes
+    checked by their own ``check`` find it through ``_SEEN``), then the relation's check."""
+    return (
+        f"    S = _SEEN.objs = [_UNSEEN] * {size}\n"
+        "    try:\n"
+        + "".join("    " + line + "\n" for line in lines)
+        + f"        return {identity}(S)\n"
+        "    finally:\n"
+        "        _SEEN.objs = None\n"
+    )

@@ -29,6 +29,7 @@ from autograd.core import primitive_vjps
 
 from .changes import ChangeKind
 from .digest import array_digest, buffer_digest, frozen_dtype
+from .identity import Relation, seen
 from .keys import arg_signature
 
 
@@ -188,20 +189,22 @@ class Absent(Node):
 
 
 class Scalar(Node):
-    """An int, float, str, ... compared by type and value; or, when ``exact`` (see
-    :func:`mark_exact`), the very object."""
+    """An int, float, str, ... compared by type and value; with a ``slot`` (see
+    :func:`relate`), the object found is also part of the identity relation checked."""
 
-    __slots__ = ("exact", "value")
+    __slots__ = ("slot", "value")
 
     def __init__(self, label: str, value: Any) -> None:
         super().__init__(label)
         self.value = value
-        self.exact = False
+        self.slot: int | None = None
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
-        if self.exact:
-            return None if value is self.value else self.fail(value)
-        return None if same_scalar(value, self.value) else self.fail(value)
+        if not same_scalar(value, self.value):
+            return self.fail(value)
+        if self.slot is not None:
+            seen(self.slot, value)
+        return None
 
 
 class Identity(Node):
@@ -457,54 +460,55 @@ def _layout(obj: Any) -> tuple[str, int, tuple[int, ...] | None]:
 
 class ScalarSeq(Node):
     """A list, tuple or deque of scalars (a shape, a list of floats): type and values,
-    and a deque's ``maxlen``."""
+    and a deque's ``maxlen``; with slots (see :func:`relate`), the tuple itself and the
+    items at some positions are part of the identity relation checked."""
 
-    __slots__ = ("exact", "exact_items", "maxlen", "type", "values")
+    __slots__ = ("item_slots", "maxlen", "slot", "type", "values")
 
     def __init__(self, label: str, seq: Any) -> None:
         super().__init__(label)
         self.type = type(seq)
         self.values = tuple(_iterate(seq))
         self.maxlen = maxlen(seq)
-        #: A tuple that must be the very object (see :func:`mark_exact`), or None.
-        self.exact: tuple[Any, ...] | None = None
-        #: The positions whose items must be the very objects they were.
-        self.exact_items: tuple[int, ...] = ()
+        #: The tuple's own slot, or None.
+        self.slot: int | None = None
+        #: (position, slot) of the items in the relation.
+        self.item_slots: tuple[tuple[int, int], ...] = ()
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
         if type(value) is not self.type:
-            return self.fail(value)
-        if self.exact is not None and value is not self.exact:
             return self.fail(value)
         if self.maxlen is not MISSING and maxlen(value) != self.maxlen:
             return Mismatch(self.label, ChangeKind.MUTATED)
         items = tuple(_iterate(value)) if self.type is not tuple else value
         if not same_scalars(items, self.values):
             return Mismatch(self.label, ChangeKind.MUTATED)
-        if self.exact_items and not same_items(items, self.values, self.exact_items):
-            return Mismatch(self.label, ChangeKind.MUTATED)
+        if self.slot is not None:
+            seen(self.slot, value)
+        for position, slot in self.item_slots:
+            seen(slot, items[position])
         return None
 
 
-def same_items(items: Sequence[Any], values: Sequence[Any], positions: Sequence[int]) -> bool:
-    """The items at ``positions`` are the very objects ``values`` holds there."""
-    return all(items[i] is values[i] for i in positions)
+def seen_items(objs: list[Any], items: Sequence[Any], slots: Sequence[tuple[int, int]]) -> None:
+    """The items at the positions of ``slots`` go in their slots of ``objs``."""
+    for position, slot in slots:
+        objs[slot] = items[position]
 
 
 #: A value a walk read: a number or string (a :class:`Scalar`), a tuple of them (a
 #: :class:`ScalarSeq`, position None), or one item of a list, tuple or deque of them (its
-#: position).
-ReadValue = tuple["Scalar | ScalarSeq", Any, int | None]
+#: position); and the argument it was found in (None: the code and data).
+ReadValue = tuple["Scalar | ScalarSeq", Any, int | None, int | str | None]
 
 
-def mark_exact(read: Sequence[ReadValue]) -> None:
+def relate(read: Sequence[ReadValue]) -> Relation | None:
     """Numbers, strings and tuples of them (and the items of lists, tuples and deques of
-    them) are compared by value, unless code could tell two of them apart by identity:
-    those a walk read in more than one place, or equal to another it read (a sentinel,
-    ``CFG['mode'] is MISSING``; a string made the same object by ``sys.intern``). Those
-    must stay the very objects they were (another equal object is a change). What CPython
-    makes one object whatever the code (None, booleans, small ints, the empty tuple and
-    string) needs no mark."""
+    them) are compared by value; those code could tell apart by identity, because the
+    walk read them in more than one place or read another equal one, also get a slot in
+    the identity relation the guard checks (see :mod:`~ipyrefresh._src.identity`). What
+    CPython makes one object whatever the code (None, booleans, small ints, the empty
+    tuple and string) needs none."""
     groups: dict[Any, list[ReadValue]] = {}
     for member in read:
         value = member[1]
@@ -515,19 +519,27 @@ def mark_exact(read: Sequence[ReadValue]) -> None:
             groups.setdefault(key, []).append(member)
         except (TypeError, ValueError):  # (unhashable, or no truth value: left by value)
             continue
-    positions: dict[ScalarSeq, list[int]] = {}
+    relation = Relation()
+    items: dict[ScalarSeq, list[tuple[int, int]]] = {}
+    mismatches: dict[tuple[Node, bool], Mismatch] = {}
     for members in groups.values():
         if len(members) < 2:
             continue
-        for node, value, position in members:
-            if type(node) is Scalar:
-                node.exact = True
-            elif type(node) is ScalarSeq and position is not None:
-                positions.setdefault(node, []).append(position)
-            elif type(node) is ScalarSeq and isinstance(value, tuple):
-                node.exact = value
-    for seq, found in positions.items():
-        seq.exact_items = tuple(sorted(found))
+        for node, value, position, argument in members:
+            item = type(node) is ScalarSeq and position is not None
+            arg = argument is not None
+            bad = mismatches.get((node, arg))
+            if bad is None:
+                kind = ChangeKind.MUTATED if item else ChangeKind.REBOUND
+                bad = mismatches[node, arg] = Mismatch(node.label, kind, arg)
+            slot = relation.add(value, bad, argument)
+            if type(node) is ScalarSeq and position is not None:
+                items.setdefault(node, []).append((position, slot))
+            else:
+                node.slot = slot
+    for seq, slots in items.items():
+        seq.item_slots = tuple(slots)
+    return relation if relation.objs else None
 
 
 def _one_object_by_value(value: Any) -> bool:

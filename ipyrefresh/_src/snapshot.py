@@ -90,8 +90,8 @@ from .nodes import (
     is_key,
     is_scalar,
     iterate,
-    mark_exact,
     part,
+    relate,
     set_items,
 )
 from .prints import slot_members
@@ -225,6 +225,7 @@ class Walker:
         #: The numbers, strings and tuples of them read, for :meth:`finish`.
         self._values: list[ReadValue] = []
         self._in_argument = False  # walking an argument: arrays compared by contents
+        self._argument: int | str | None = None  # the argument being walked
         self._source: str | None = None  # the user function whose reads are being walked
         #: Code objects whose function was walked (with their nested code).
         self.covered: set[CodeType] = set()
@@ -240,12 +241,9 @@ class Walker:
             self.guard.rngs.append((label, gen))
 
     def finish(self) -> None:
-        """The walk is complete: values code could tell apart by identity are checked as
-        the very objects (see :func:`~ipyrefresh._src.nodes.mark_exact`). Not the
-        arguments' values: a literal passed in each cell (``step(p, x, y, 0.1)``) is a new
-        object each time, and equal to a setting read (``Cfg.wd = 0.1``) it would take a
-        new path in every cell."""
-        mark_exact(self._values)
+        """The walk is complete: which of the equal values it read were the same object
+        is checked too (see :func:`~ipyrefresh._src.nodes.relate`)."""
+        self.guard.relation = relate(self._values)
         self._values = []
 
     # -- roots -------------------------------------------------------------------------
@@ -256,11 +254,11 @@ class Walker:
         self.env_root(TargetReader(), self.walk(fn, label))
 
     def argument(self, key: int | str, value: Any, label: str) -> None:
-        self._in_argument = True
+        self._in_argument, self._argument = True, key
         try:
             self.guard.args.append((ArgReader(key), self.walk(value, label)))
         finally:
-            self._in_argument = False
+            self._in_argument, self._argument = False, None
 
     def call(
         self, args: tuple[Any, ...], kwargs: Mapping[str, Any], argnums: tuple[int, ...]
@@ -407,8 +405,7 @@ class Walker:
         t = type(value)
         if is_scalar(value):
             scalar = Scalar(label, value)
-            if not self._in_argument:  # (see :meth:`finish`)
-                self._values.append((scalar, value, None))
+            self._values.append((scalar, value, None, self._argument))
             return scalar
         if t is FunctionType:
             return self.function(value, label)
@@ -533,10 +530,10 @@ class Walker:
             if self.guard.size > self.budget:
                 raise Unguardable(f"it reads more than {self.budget:,} values")
             scalars = ScalarSeq(label, value)
-            if not self._in_argument:  # (see :meth:`finish`)
-                if isinstance(value, tuple):
-                    self._values.append((scalars, value, None))
-                self._values += [(scalars, v, i) for i, v in enumerate(items)]
+            key = self._argument
+            if isinstance(value, tuple):
+                self._values.append((scalars, value, None, key))
+            self._values += [(scalars, v, i, key) for i, v in enumerate(items)]
             return scalars
         nodes = tuple(self.walk(v, f"{label}[{i}]") for i, v in enumerate(items))
         return Seq(label, value, nodes)
@@ -675,6 +672,7 @@ class Walker:
             d = descr.__get__(obj)
             if type(d) is dict:
                 attrs = self._map_labelled(d, lambda k: f"{label}.{k}")
+        read = len(self._values)
         slots = []
         for name, member in slot_members(cls):
             try:
@@ -685,6 +683,7 @@ class Walker:
         flags = type.__dict__["__flags__"].__get__(cls)  # (a metaclass may refuse reads)
         data = issubclass(cls, _DATA_TYPES)  # (a subclass: its items are checked already)
         if attrs is None and (not slots or not (flags & _HEAPTYPE or data)):
+            del self._values[read:]  # (the slots' nodes are not kept)
             if data:
                 return None
             if issubclass(cls, _IMMUTABLE_OBJECTS) or (not slots and _stateless(cls)):

@@ -1,0 +1,113 @@
+"""Which of the equal values a build read were the very same object: checked as a relation.
+
+A guard compares numbers, strings and tuples of them by value. Code can also tell two
+equal ones apart by identity: a sentinel (``CFG['mode'] is MISSING``), a string made one
+object by ``sys.intern``, an argument passed as a global's object (``f(x, MISSING)``).
+So when a build read two equal values (or one value in two places), which of those reads
+were the same object as which is part of what it saw. That relation is what is checked,
+not each object: a read rebound to an equal new object that is still the same as the same
+others (a loop that sets ``Cfg.lr = float(s)``, a literal passed again from another cell)
+changes nothing code could see, and needs no new build.
+
+The walk gives each such read a slot (``nodes.relate``); during a check, each node with a
+slot puts the object it found in the list :data:`SEEN` holds (the compiled guard's own,
+or :meth:`~ipyrefresh._src.guard.Guard.check_interpreted`'s), and :class:`IdentityCheck`
+compares the relation found with the build's.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .nodes import Mismatch
+
+
+class _Seen(threading.local):
+    #: The objects found at each slot by the check running in this thread, or None.
+    objs: list[Any] | None = None
+
+
+SEEN = _Seen()
+
+
+def seen(slot: int, obj: Any) -> None:
+    """A node with a slot found ``obj`` (outside a guard check: nothing to record)."""
+    objs = SEEN.objs
+    if objs is not None:
+        objs[slot] = obj
+
+
+def pattern(objs: Sequence[Any]) -> tuple[int, ...]:
+    """For each object, the position of the first one that is the same object."""
+    first: dict[int, int] = {}
+    return tuple([first.setdefault(id(obj), i) for i, obj in enumerate(objs)])
+
+
+class _Unseen:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<unseen>"
+
+
+#: A slot no node filled: a node the walk made and did not keep checks nothing, identity
+#: included.
+UNSEEN: Any = _Unseen()
+
+
+class IdentityCheck:
+    """The relation among the objects at ``slots`` (in that order), as the build found it."""
+
+    __slots__ = ("built", "expected", "mismatches", "slots")
+
+    def __init__(self, relation: Relation, slots: Sequence[int]) -> None:
+        self.slots = tuple(slots)
+        self.built = tuple([relation.objs[i] for i in slots])
+        self.expected = pattern(self.built)
+        self.mismatches = tuple([relation.mismatches[i] for i in slots])
+
+    def __call__(self, objs: Sequence[Any]) -> Mismatch | None:
+        found = [objs[i] for i in self.slots]
+        if UNSEEN in found:  # (compared by identity: the objects are numbers, strings, tuples)
+            kept = [k for k, obj in enumerate(found) if obj is not UNSEEN]
+            got = pattern([found[k] for k in kept])
+            want = pattern([self.built[k] for k in kept])
+        else:
+            kept, got, want = list(range(len(found))), pattern(found), self.expected
+        if got == want:
+            return None
+        first = next(k for k, (a, b) in enumerate(zip(got, want, strict=True)) if a != b)
+        return self.mismatches[kept[first]]
+
+
+class Relation:
+    """The reads with a slot: for slot ``i``, the object the build found, what a change of
+    the relation there is reported as, and the argument it was found in (None: the code
+    and data the function reaches)."""
+
+    __slots__ = ("arguments", "mismatches", "objs")
+
+    def __init__(self) -> None:
+        self.objs: list[Any] = []
+        self.mismatches: list[Mismatch] = []
+        self.arguments: list[int | str | None] = []
+
+    def add(self, obj: Any, mismatch: Mismatch, argument: int | str | None) -> int:
+        """A read's slot."""
+        self.objs.append(obj)
+        self.mismatches.append(mismatch)
+        self.arguments.append(argument)
+        return len(self.objs) - 1
+
+    def checks(self, arguments: Collection[int | str]) -> tuple[IdentityCheck, IdentityCheck]:
+        """The checks of the code and data alone, and of everything: the reads in the
+        code and data, then those in ``arguments`` (the arguments the guard still checks:
+        a compiler may leave some to its own cache)."""
+        env = [i for i, key in enumerate(self.arguments) if key is None]
+        full = env + [
+            i for i, key in enumerate(self.arguments) if key is not None and key in arguments
+        ]
+        return IdentityCheck(self, env), IdentityCheck(self, full)
