@@ -80,6 +80,7 @@ class Guard:
         """The same verdict as :meth:`check` (``env_only``: as :meth:`check_env`), node by
         node (the reference for tests)."""
         identity = self.identity_checks()
+        outer = SEEN.objs
         objs = SEEN.objs = [UNSEEN] * len(self.relation.objs) if self.relation else None
         try:
             for reader, node in self.env:
@@ -92,7 +93,7 @@ class Guard:
                     if bad is not None:
                         return Mismatch(bad.subject, bad.kind, True)
         finally:
-            SEEN.objs = None
+            SEEN.objs = outer
         if identity is None or objs is None:
             return None
         return identity[0 if env_only else 1](objs)

@@ -56,6 +56,7 @@ from .nodes import (
     class_names,
     iterate,
     maxlen,
+    same_items,
     same_scalar,
     same_scalars,
     seen_items,
@@ -87,6 +88,7 @@ class _Emitter:
             "_len": len,
             "_same": same_scalar,
             "_same_all": same_scalars,
+            "_same_items": same_items,
             "_seen_items": seen_items,
             "_SEEN": SEEN,
             "_UNSEEN": UNSEEN,
@@ -171,7 +173,7 @@ def _scalar(e: _Emitter, node: Node, v: str, arg: bool) -> None:
 
 def _differs(e: _Emitter, node: Scalar, v: str) -> str:
     k = e.const(node.value)
-    return f"{v} is not {k} and not _same({v}, {k})"
+    return f"{v} is not {k}" if node.exact else f"{v} is not {k} and not _same({v}, {k})"
 
 
 def _seen(e: _Emitter, slot: int | None, v: str) -> None:
@@ -272,10 +274,15 @@ def _scalar_seq(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     assert isinstance(node, ScalarSeq)
     t, values = e.const(node.type), e.const(node.values)
     e.fail(f"_type({v}) is not {t}", e.node_fail(node, v, arg))
+    if node.exact is not None:
+        e.fail(f"{v} is not {e.const(node.exact)}", e.node_fail(node, v, arg))
     _maxlen(e, node, v, arg)
     items = v if node.type is tuple else f"_tuple(_iterate({v}))"
     changed = e.mismatch(node, ChangeKind.MUTATED, arg)
     e.fail(f"{v} is not {values} and not _same_all({items}, {values})", changed)
+    if node.exact_items:
+        positions = e.const(node.exact_items)
+        e.fail(f"not _same_items({items}, {values}, {positions})", changed)
     _seen(e, node.slot, v)
     if node.item_slots:
         e.line(f"_seen_items(S, {items}, {e.const(node.item_slots)})")
@@ -485,12 +492,15 @@ def _body(lines: list[str], result: str) -> str:
 
 def _related(lines: list[str], identity: str, size: int) -> str:
     """The checks, each node with a slot putting the object it found in ``S`` (nodes
-    checked by their own ``check`` find it through ``_SEEN``), then the relation's check."""
+    checked by their own ``check`` find it through ``_SEEN``), then the relation's check.
+    (A check may run inside another's: resolving a target can run a property that calls
+    a derivative; the outer one's list is put back.)"""
     return (
-        f"    S = _SEEN.objs = [_UNSEEN] * {size}\n"
+        f"    outer, S = _SEEN.objs, [_UNSEEN] * {size}\n"
+        "    _SEEN.objs = S\n"
         "    try:\n"
         + "".join("    " + line + "\n" for line in lines)
         + f"        return {identity}(S)\n"
         "    finally:\n"
-        "        _SEEN.objs = None\n"
+        "        _SEEN.objs = outer\n"
     )

@@ -1,17 +1,17 @@
-"""Which of the equal values a build read were the very same object: checked as a relation.
+"""Which of the arguments' values are the same object as which value read: a relation.
 
 A guard compares numbers, strings and tuples of them by value. Code can also tell two
 equal ones apart by identity: a sentinel (``CFG['mode'] is MISSING``), a string made one
-object by ``sys.intern``, an argument passed as a global's object (``f(x, MISSING)``).
-So when a build read two equal values (or one value in two places), which of those reads
-were the same object as which is part of what it saw. That relation is what is checked,
-not each object: a read rebound to an equal new object that is still the same as the same
-others (a loop that sets ``Cfg.lr = float(s)``, a literal passed again from another cell)
-changes nothing code could see, and needs no new build.
+object by ``sys.intern``. Equal values read in the code and data stay the very objects
+they were (``nodes.relate``). An argument cannot: a literal passed from each cell
+(``step(p, x, y, 0.1)``) is a new object at each call. What code could see of it is
+which of the equal values read it is one object with (``f(x, MISSING)``, then an equal
+copy): that relation is what is checked for the groups an argument is in, not each
+object.
 
-The walk gives each such read a slot (``nodes.relate``); during a check, each node with a
-slot puts the object it found in the list :data:`SEEN` holds (the compiled guard's own,
-or :meth:`~ipyrefresh._src.guard.Guard.check_interpreted`'s), and :class:`IdentityCheck`
+The walk gives each read of such a group a slot; during a check, each node with a slot
+puts the object it found in the list :data:`SEEN` holds (the compiled guard's own, or
+:meth:`~ipyrefresh._src.guard.Guard.check_interpreted`'s), and :class:`IdentityCheck`
 compares the relation found with the build's.
 """
 

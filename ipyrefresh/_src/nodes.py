@@ -189,18 +189,23 @@ class Absent(Node):
 
 
 class Scalar(Node):
-    """An int, float, str, ... compared by type and value; with a ``slot`` (see
-    :func:`relate`), the object found is also part of the identity relation checked."""
+    """An int, float, str, ... compared by type and value; or, when ``exact`` (see
+    :func:`relate`), the very object. With a ``slot``, the object found is also part of
+    the identity relation checked among the arguments and what they equal."""
 
-    __slots__ = ("slot", "value")
+    __slots__ = ("exact", "slot", "value")
 
     def __init__(self, label: str, value: Any) -> None:
         super().__init__(label)
         self.value = value
+        self.exact = False
         self.slot: int | None = None
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
-        if not same_scalar(value, self.value):
+        if self.exact:
+            if value is not self.value:
+                return self.fail(value)
+        elif not same_scalar(value, self.value):
             return self.fail(value)
         if self.slot is not None:
             seen(self.slot, value)
@@ -460,16 +465,20 @@ def _layout(obj: Any) -> tuple[str, int, tuple[int, ...] | None]:
 
 class ScalarSeq(Node):
     """A list, tuple or deque of scalars (a shape, a list of floats): type and values,
-    and a deque's ``maxlen``; with slots (see :func:`relate`), the tuple itself and the
-    items at some positions are part of the identity relation checked."""
+    and a deque's ``maxlen``; the tuple itself and the items at some positions may have
+    to be the very objects, or have slots (see :func:`relate`)."""
 
-    __slots__ = ("item_slots", "maxlen", "slot", "type", "values")
+    __slots__ = ("exact", "exact_items", "item_slots", "maxlen", "slot", "type", "values")
 
     def __init__(self, label: str, seq: Any) -> None:
         super().__init__(label)
         self.type = type(seq)
         self.values = tuple(_iterate(seq))
         self.maxlen = maxlen(seq)
+        #: A tuple that must be the very object, or None.
+        self.exact: tuple[Any, ...] | None = None
+        #: The positions whose items must be the very objects they were.
+        self.exact_items: tuple[int, ...] = ()
         #: The tuple's own slot, or None.
         self.slot: int | None = None
         #: (position, slot) of the items in the relation.
@@ -478,16 +487,25 @@ class ScalarSeq(Node):
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
         if type(value) is not self.type:
             return self.fail(value)
+        if self.exact is not None and value is not self.exact:
+            return self.fail(value)
         if self.maxlen is not MISSING and maxlen(value) != self.maxlen:
             return Mismatch(self.label, ChangeKind.MUTATED)
         items = tuple(_iterate(value)) if self.type is not tuple else value
         if not same_scalars(items, self.values):
+            return Mismatch(self.label, ChangeKind.MUTATED)
+        if self.exact_items and not same_items(items, self.values, self.exact_items):
             return Mismatch(self.label, ChangeKind.MUTATED)
         if self.slot is not None:
             seen(self.slot, value)
         for position, slot in self.item_slots:
             seen(slot, items[position])
         return None
+
+
+def same_items(items: Sequence[Any], values: Sequence[Any], positions: Sequence[int]) -> bool:
+    """The items at ``positions`` are the very objects ``values`` holds there."""
+    return all(items[i] is values[i] for i in positions)
 
 
 def seen_items(objs: list[Any], items: Sequence[Any], slots: Sequence[tuple[int, int]]) -> None:
@@ -504,11 +522,18 @@ ReadValue = tuple["Scalar | ScalarSeq", Any, int | None, int | str | None]
 
 def relate(read: Sequence[ReadValue]) -> Relation | None:
     """Numbers, strings and tuples of them (and the items of lists, tuples and deques of
-    them) are compared by value; those code could tell apart by identity, because the
-    walk read them in more than one place or read another equal one, also get a slot in
-    the identity relation the guard checks (see :mod:`~ipyrefresh._src.identity`). What
-    CPython makes one object whatever the code (None, booleans, small ints, the empty
-    tuple and string) needs none."""
+    them) are compared by value, unless code could tell two of them apart by identity:
+    those the walk read in more than one place, or equal to another it read (a sentinel,
+    ``CFG['mode'] is MISSING``; a string made the same object by ``sys.intern``).
+
+    Those in the code and data must stay the very objects they were (another equal object
+    is a change: the code may also compare it with what no guard reads as a value, the
+    intern table, a ``range``'s start). An argument is a new object at each call (a
+    literal passed from each cell, ``step(p, x, y, 0.1)``): when one is in such a group,
+    the group gets slots in the identity relation instead, which the arguments must keep
+    (``f(x, MISSING)``, then an equal copy, is another variant; see
+    :mod:`~ipyrefresh._src.identity`). What CPython makes one object whatever the code
+    (None, booleans, small ints, the empty tuple and string) needs neither."""
     groups: dict[Any, list[ReadValue]] = {}
     for member in read:
         value = member[1]
@@ -520,13 +545,24 @@ def relate(read: Sequence[ReadValue]) -> Relation | None:
         except (TypeError, ValueError):  # (unhashable, or no truth value: left by value)
             continue
     relation = Relation()
-    items: dict[ScalarSeq, list[tuple[int, int]]] = {}
+    exact_items: dict[ScalarSeq, list[int]] = {}
+    item_slots: dict[ScalarSeq, list[tuple[int, int]]] = {}
     mismatches: dict[tuple[Node, bool], Mismatch] = {}
     for members in groups.values():
         if len(members) < 2:
             continue
+        related = any(argument is not None for *_, argument in members)
         for node, value, position, argument in members:
             item = type(node) is ScalarSeq and position is not None
+            if argument is None:
+                if type(node) is Scalar:
+                    node.exact = True
+                elif type(node) is ScalarSeq and position is not None:
+                    exact_items.setdefault(node, []).append(position)
+                elif type(node) is ScalarSeq and isinstance(value, tuple):
+                    node.exact = value
+            if not related:
+                continue
             arg = argument is not None
             bad = mismatches.get((node, arg))
             if bad is None:
@@ -534,10 +570,12 @@ def relate(read: Sequence[ReadValue]) -> Relation | None:
                 bad = mismatches[node, arg] = Mismatch(node.label, kind, arg)
             slot = relation.add(value, bad, argument)
             if type(node) is ScalarSeq and position is not None:
-                items.setdefault(node, []).append((position, slot))
+                item_slots.setdefault(node, []).append((position, slot))
             else:
                 node.slot = slot
-    for seq, slots in items.items():
+    for seq, positions in exact_items.items():
+        seq.exact_items = tuple(sorted(positions))
+    for seq, slots in item_slots.items():
         seq.item_slots = tuple(slots)
     return relation if relation.objs else None
 
