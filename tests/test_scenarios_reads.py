@@ -940,6 +940,48 @@ CASES = [
         oracle="autograd.grad(f)(x, wd=WD)",
     ),
     C(
+        "a_registry_read_through_a_classs_subclasses",
+        """
+        class Base:
+            pass
+        class A(Base):
+            w = 1.2
+        def f(x):
+            return x ** 2 * sum(c.w for c in Base.__subclasses__())
+        x = 0.5
+        dh = grad(f)
+        """,
+        "class B(Base):\n    w = 1.8",
+        again="class C(Base):\n    w = 0.5",
+    ),
+    C(
+        "the_trace_hook_a_debugger_sets",
+        """
+        import sys
+        def f(x):
+            return x ** 2 * (2.0 if sys.gettrace() is None else 1.0)
+        x = 0.5
+        dh = grad(f)
+        """,
+        "sys.settrace(lambda *a: None)",
+        again="sys.settrace(None)",
+    ),
+    C(
+        "the_weak_references_to_an_object",
+        """
+        import weakref
+        class Owner:
+            pass
+        owner, refs = Owner(), []
+        first = weakref.ref(owner)  # (another one with a callback goes after it)
+        def f(x):
+            return x ** 2 * (1.0 + len(weakref.getweakrefs(owner)))
+        x = 0.5
+        dh = grad(f)
+        """,
+        "refs.append(weakref.ref(owner, lambda r: None))",
+    ),
+    C(
         "two_names_for_an_interned_string_rebound_together",
         """
         import sys
@@ -2042,7 +2084,9 @@ def _clean_environment() -> Iterator[None]:
     precision = decimal.getcontext().prec
     errors, bufsize = np.geterr(), np.getbufsize()
     collecting, thresholds = gc.isenabled(), gc.get_threshold()
+    trace = sys.gettrace()
     yield
+    sys.settrace(trace)
     os.environ.pop("IPYREFRESH_TEST_SCALE", None)
     sys.setrecursionlimit(limit)
     np.set_printoptions(**options)
@@ -2417,3 +2461,38 @@ def test_a_check_inside_a_check_keeps_the_outer_relation(nb: Shell) -> None:
     check(nb, "dh(x, m)", "autograd.grad(f)(x, m)", 2, "m an equal copy:")
     assert nb.run("dh(x, m)") == 3.0
 
+
+def test_a_function_that_reads_the_profile_hook_sees_none_at_its_first_call(nb: Shell) -> None:
+    """Hunt 29: on 3.11 the build records calls with ``sys.setprofile``; f read that hook
+    and took the other branch from its first call on. Reading it is an effect: recording
+    stops before the read, and f runs on plain autograd."""
+    nb.run("import sys\ndef f(x):\n    return x ** 2 * (2.0 if sys.getprofile() is None else 1.0)")
+    nb.run("dh = grad(f)\nx = 0.5")
+    check(nb, "dh(x)", "autograd.grad(f)(x)", 3, "reading sys.getprofile():")
+    assert nb.run("dh(x)") == 2.0
+
+
+def test_a_function_that_reads_the_exception_being_handled(nb: Shell) -> None:
+    """Hunt 29: f branches on ``sys.exc_info()``; built outside an ``except`` block, its
+    tape answered inside one as outside."""
+    nb.run(
+        "import sys\ndef f(x):\n"
+        "    return x ** 2 * (2.0 if sys.exc_info()[0] is None else 1.0)\n"
+        "dh = grad(f)\nx = 0.5\nfirst = dh(x), dh(x)\n"
+        "try:\n    raise ValueError\nexcept ValueError:\n"
+        "    inside = dh(x), dh(x), autograd.grad(f)(x)"
+    )
+    got, again, want = nb.ns["inside"]
+    assert got == again == want == 1.0, nb.ns["inside"]
+    check(nb, "dh(x)", "autograd.grad(f)(x)", 2, "outside again:")
+
+
+def test_a_name_found_in_builtins_after_the_global_is_deleted(nb: Shell) -> None:
+    """Hunt 29: with ``g`` deleted from the notebook and bound in builtins, Python finds
+    the builtin; the handle said the name was gone."""
+    nb.run("import builtins\ndef g(x):\n    return np.sin(x) * x\ndg = grad(g)\n_ = dg(0.3)")
+    try:
+        nb.run("builtins.g = lambda x: x ** 3\ndel g")
+        check(nb, "dg(0.3)", "autograd.grad(g)(0.3)", 2, "g from builtins:")
+    finally:
+        nb.run("del builtins.g")

@@ -15,6 +15,7 @@ recorded.
 from __future__ import annotations
 
 import _thread
+import _weakref
 import builtins
 import contextlib
 import contextvars
@@ -164,8 +165,13 @@ _INTERPRETER: dict[Any, str] = {
                 "getrefcount",
                 "getallocatedblocks",
                 "is_finalizing",
+                "getprofile",  # (while recording on 3.11: the hook is ipyrefresh's)
+                "gettrace",
+                "exc_info",  # (the exception being handled where it is called)
+                "exception",
             ),
         ),
+        (_weakref, ("getweakrefs",)),
         (gc, ("get_threshold", "isenabled", "get_count", "get_debug", "get_freeze_count")),
         (faulthandler, ("is_enabled",)),
         (_thread, ("stack_size",)),
@@ -363,6 +369,8 @@ def _effect(fn: Any, owner: Any, caller: CodeType) -> str | None:
         return "warns (warnings.warn)" if is_user_code(caller) else None
     if fn in _INTERPRETER:
         return _INTERPRETER[fn] if is_user_code(caller) else None
+    if isinstance(owner, type) and fn.__name__ == "__subclasses__":  # (a registry's)
+        return "reads a class's subclasses (__subclasses__)" if is_user_code(caller) else None
     found = _FUNCTIONS.get(fn)
     if found is not None:
         return found

@@ -16,7 +16,7 @@ import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import CodeType, FrameType, FunctionType, MethodType
+from types import CodeType, FrameType, FunctionType, MethodType, ModuleType
 from typing import Any
 
 from .keys import TargetKey
@@ -52,6 +52,10 @@ class NameTarget(Target):
 
     def resolve(self) -> Any:
         value = dict.get(self.ns, self.name, MISSING)
+        if value is MISSING:  # (then, as Python looks a global up, the builtins)
+            found = dict.get(self.ns, "__builtins__", MISSING)
+            builtin = found.__dict__ if type(found) is ModuleType else found
+            value = dict.get(builtin, self.name, MISSING) if type(builtin) is dict else MISSING
         if value is MISSING:
             raise TargetGone(
                 f"name '{self.name}' is not defined any more; this derivative follows it"
