@@ -940,6 +940,45 @@ CASES = [
         oracle="autograd.grad(f)(x, wd=WD)",
     ),
     C(
+        "two_names_for_one_list_made_two",
+        """
+        A = [1.5, 2.5]
+        B = A
+        def f(x):
+            return x ** 2 * (2.0 if A is B else 3.0)
+        x = 0.5
+        dh = grad(f)
+        """,
+        "B = list(A)",  # (equal contents: only identity changed)
+        again="B = A",
+    ),
+    C(
+        "a_dict_compared_with_is_to_its_copy",
+        """
+        DA = {"k": 1.5, "table": [1.0, 2.0]}
+        DB = dict(DA)
+        def f(x):
+            return x ** 2 * (2.0 if DA is DB else 3.0)
+        x = 0.5
+        dh = grad(f)
+        """,
+        "DB = DA",
+        again="DB = dict(DA)",
+    ),
+    C(
+        "a_sentinel_tuple_holding_a_tuple",
+        """
+        SENT = ("missing", (1.5, [2.5]))
+        CFG = {"mode": SENT}
+        def f(x):
+            return x ** 2 * (2.0 if CFG["mode"] is SENT else 3.0)
+        x = 0.5
+        dh = grad(f)
+        """,
+        "CFG['mode'] = (SENT[0], SENT[1])",
+        again="CFG['mode'] = SENT",
+    ),
+    C(
         "a_registry_read_through_a_classs_subclasses",
         """
         class Base:
@@ -2496,3 +2535,28 @@ def test_a_name_found_in_builtins_after_the_global_is_deleted(nb: Shell) -> None
         check(nb, "dg(0.3)", "autograd.grad(g)(0.3)", 2, "g from builtins:")
     finally:
         nb.run("del builtins.g")
+
+
+def test_lists_and_arrays_passed_as_one_object_or_two(nb: Shell) -> None:
+    """Hunt 30: the identity of lists, dicts and arrays was never checked: f given the
+    same list twice, then the list and a copy, answered as for the first. Which of the
+    arguments (and globals of the same kind read) are one object is checked; fresh
+    copies at each call that keep the relation build once."""
+    nb.run(
+        "G = onp.array([1.0, 2.0, 3.0])\n"
+        "def f(x, a, b):\n"
+        "    return x ** 2 * (2.0 if a is b else 3.0) * (5.0 if b is G else 7.0)\n"
+        "dh = grad(f)\nx = 0.5\nL = [1.0, 2.0]\nW = onp.ones(3)"
+    )
+    calls = ["L, L", "L, list(L)", "W, W", "W, W.copy()", "G, G", "W, G", "G.copy(), G.copy()"]
+    for args in calls:
+        check(nb, f"dh(x, {args})", f"autograd.grad(f)(x, {args})", 2, f"dh(x, {args}):")
+    nb.run(
+        "dl = grad(f)\npairs = []\n"
+        "for _ in range(20):\n"
+        "    pairs.append((dl(x, list(L), list(L)), autograd.grad(f)(x, list(L), list(L))))"
+    )
+    for k, (got, want) in enumerate(nb.ns["pairs"]):
+        assert not diff(got, want), f"call {k + 1}: {diff(got, want)}"
+    (entry,) = nb.ns["dl"].entries
+    assert entry.builds == 1, (entry.builds, entry.last_event)

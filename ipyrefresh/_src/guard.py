@@ -81,7 +81,7 @@ class Guard:
         node (the reference for tests)."""
         identity = self.identity_checks()
         outer = SEEN.objs
-        objs = SEEN.objs = [UNSEEN] * len(self.relation.objs) if self.relation else None
+        objs = SEEN.objs = [UNSEEN] * len(self.relation.ids) if self.relation else None
         try:
             for reader, node in self.env:
                 bad = node.check(reader.read(fn, args, kwargs), deep)

@@ -48,6 +48,7 @@ from .nodes import (
     Module,
     Node,
     Primitive,
+    Related,
     Rule,
     Scalar,
     ScalarSeq,
@@ -370,6 +371,12 @@ def _class(e: _Emitter, node: Node, v: str, arg: bool) -> None:
         e.emit(dict_node, w, arg)
 
 
+def _related(e: _Emitter, node: Node, v: str, arg: bool) -> None:
+    assert isinstance(node, Related)
+    e.emit(node.inner, v, arg)
+    _seen(e, node.slot, v)
+
+
 def _class_dict(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     assert isinstance(node, ClassDict)
     if len(node.keys) > _UNROLL:
@@ -400,6 +407,7 @@ _EMITTERS: dict[type, Callable[[_Emitter, Node, str, bool], None]] = {
     Instance: _instance,
     Class: _class,
     ClassDict: _class_dict,
+    Related: _related,
 }
 
 
@@ -470,8 +478,8 @@ def compile_guard(
         env_body, full_body = _body(env_lines, "None"), _body(e.lines, "None")
     else:
         size = 1 + max(identity[1].slots, default=-1)
-        env_body = _related(env_lines, e.const(identity[0]), size)
-        full_body = _related(e.lines, e.const(identity[1]), size)
+        env_body = _with_relation(env_lines, e.const(identity[0]), size)
+        full_body = _with_relation(e.lines, e.const(identity[1]), size)
     source = (
         "def env(fn, args, kwargs, deep):\n"
         + env_body
@@ -490,7 +498,7 @@ def _body(lines: list[str], result: str) -> str:
     return "".join(line + "\n" for line in lines) + f"    return {result}\n"
 
 
-def _related(lines: list[str], identity: str, size: int) -> str:
+def _with_relation(lines: list[str], identity: str, size: int) -> str:
     """The checks, each node with a slot putting the object it found in ``S`` (nodes
     checked by their own ``check`` find it through ``_SEEN``), then the relation's check.
     (A check may run inside another's: resolving a target can run a property that calls

@@ -40,10 +40,10 @@ def seen(slot: int, obj: Any) -> None:
         objs[slot] = obj
 
 
-def pattern(objs: Sequence[Any]) -> tuple[int, ...]:
-    """For each object, the position of the first one that is the same object."""
+def pattern(ids: Sequence[int]) -> tuple[int, ...]:
+    """For each object (by its id), the position of the first one that is the same."""
     first: dict[int, int] = {}
-    return tuple([first.setdefault(id(obj), i) for i, obj in enumerate(objs)])
+    return tuple([first.setdefault(i, k) for k, i in enumerate(ids)])
 
 
 class _Unseen:
@@ -59,24 +59,26 @@ UNSEEN: Any = _Unseen()
 
 
 class IdentityCheck:
-    """The relation among the objects at ``slots`` (in that order), as the build found it."""
+    """The relation among the objects at ``slots`` (in that order), as the build found it
+    (by their ids then: the relation holds no object)."""
 
     __slots__ = ("built", "expected", "mismatches", "slots")
 
     def __init__(self, relation: Relation, slots: Sequence[int]) -> None:
         self.slots = tuple(slots)
-        self.built = tuple([relation.objs[i] for i in slots])
+        self.built = tuple([relation.ids[i] for i in slots])
         self.expected = pattern(self.built)
         self.mismatches = tuple([relation.mismatches[i] for i in slots])
 
     def __call__(self, objs: Sequence[Any]) -> Mismatch | None:
+        """``objs``: what each slot's node found (alive while this runs: the ids hold)."""
         found = [objs[i] for i in self.slots]
-        if UNSEEN in found:  # (compared by identity: the objects are numbers, strings, tuples)
+        if any(obj is UNSEEN for obj in found):
             kept = [k for k, obj in enumerate(found) if obj is not UNSEEN]
-            got = pattern([found[k] for k in kept])
+            got = pattern([id(found[k]) for k in kept])
             want = pattern([self.built[k] for k in kept])
         else:
-            kept, got, want = list(range(len(found))), pattern(found), self.expected
+            kept, got, want = list(range(len(found))), pattern(list(map(id, found))), self.expected
         if got == want:
             return None
         first = next(k for k, (a, b) in enumerate(zip(got, want, strict=True)) if a != b)
@@ -84,23 +86,23 @@ class IdentityCheck:
 
 
 class Relation:
-    """The reads with a slot: for slot ``i``, the object the build found, what a change of
-    the relation there is reported as, and the argument it was found in (None: the code
-    and data the function reaches)."""
+    """The reads with a slot: for slot ``i``, the id of the object the build found, what a
+    change of the relation there is reported as, and the argument it was found in (None:
+    the code and data the function reaches)."""
 
-    __slots__ = ("arguments", "mismatches", "objs")
+    __slots__ = ("arguments", "ids", "mismatches")
 
     def __init__(self) -> None:
-        self.objs: list[Any] = []
+        self.ids: list[int] = []
         self.mismatches: list[Mismatch] = []
         self.arguments: list[int | str | None] = []
 
     def add(self, obj: Any, mismatch: Mismatch, argument: int | str | None) -> int:
-        """A read's slot."""
-        self.objs.append(obj)
+        """A read's slot (``obj`` is alive: the walk holds what it read until it ends)."""
+        self.ids.append(id(obj))
         self.mismatches.append(mismatch)
         self.arguments.append(argument)
-        return len(self.objs) - 1
+        return len(self.ids) - 1
 
     def checks(self, arguments: Collection[int | str]) -> tuple[IdentityCheck, IdentityCheck]:
         """The checks of the code and data alone, and of everything: the reads in the

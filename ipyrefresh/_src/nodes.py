@@ -518,9 +518,12 @@ def seen_items(objs: list[Any], items: Sequence[Any], slots: Sequence[tuple[int,
 #: :class:`ScalarSeq`, position None), or one item of a list, tuple or deque of them (its
 #: position); and the argument it was found in (None: the code and data).
 ReadValue = tuple["Scalar | ScalarSeq", Any, int | None, int | str | None]
+#: A container a walk read (its node; the kind of container, see
+#: ``snapshot.Walker._related``; the container; the argument it was found in).
+ReadContainer = tuple["Related", Any, Any, int | str | None]
 
 
-def relate(read: Sequence[ReadValue]) -> Relation | None:
+def relate(read: Sequence[ReadValue], containers: Sequence[ReadContainer] = ()) -> Relation | None:
     """Numbers, strings and tuples of them (and the items of lists, tuples and deques of
     them) are compared by value, unless code could tell two of them apart by identity:
     those the walk read in more than one place, or equal to another it read (a sentinel,
@@ -533,7 +536,12 @@ def relate(read: Sequence[ReadValue]) -> Relation | None:
     the group gets slots in the identity relation instead, which the arguments must keep
     (``f(x, MISSING)``, then an equal copy, is another variant; see
     :mod:`~ipyrefresh._src.identity`). What CPython makes one object whatever the code
-    (None, booleans, small ints, the empty tuple and string) needs neither."""
+    (None, booleans, small ints, the empty tuple and string) needs neither.
+
+    Lists, dicts, sets, deques, arrays and tuples holding them (``containers``) are
+    compared by contents, and no node holds them: those of one kind (type and length, or
+    an array's shape and dtype) get slots when the walk read more than one of them
+    (``A is B`` after ``B = list(A)``; ``f(x, W, W)``, then ``f(x, W, W.copy())``)."""
     groups: dict[Any, list[ReadValue]] = {}
     for member in read:
         value = member[1]
@@ -551,7 +559,7 @@ def relate(read: Sequence[ReadValue]) -> Relation | None:
     for members in groups.values():
         if len(members) < 2:
             continue
-        related = any(argument is not None for *_, argument in members)
+        with_argument = any(argument is not None for *_, argument in members)
         for node, value, position, argument in members:
             item = type(node) is ScalarSeq and position is not None
             if argument is None:
@@ -561,7 +569,7 @@ def relate(read: Sequence[ReadValue]) -> Relation | None:
                     exact_items.setdefault(node, []).append(position)
                 elif type(node) is ScalarSeq and isinstance(value, tuple):
                     node.exact = value
-            if not related:
+            if not with_argument:
                 continue
             arg = argument is not None
             bad = mismatches.get((node, arg))
@@ -573,11 +581,24 @@ def relate(read: Sequence[ReadValue]) -> Relation | None:
                 item_slots.setdefault(node, []).append((position, slot))
             else:
                 node.slot = slot
+    _relate_containers(relation, containers)
     for seq, positions in exact_items.items():
         seq.exact_items = tuple(sorted(positions))
     for seq, slots in item_slots.items():
         seq.item_slots = tuple(slots)
-    return relation if relation.objs else None
+    return relation if relation.ids else None
+
+
+def _relate_containers(relation: Relation, containers: Sequence[ReadContainer]) -> None:
+    kinds: dict[Any, list[ReadContainer]] = {}
+    for read in containers:
+        kinds.setdefault(read[1], []).append(read)
+    for reads in kinds.values():
+        if len(reads) < 2:
+            continue
+        for related, _, container, argument in reads:
+            bad = Mismatch(related.label, ChangeKind.REBOUND, argument is not None)
+            related.slot = relation.add(container, bad, argument)
 
 
 def _one_object_by_value(value: Any) -> bool:
@@ -811,6 +832,26 @@ class AllOf(Node):
             if bad is not None:
                 return bad
         return None
+
+
+class Related(Node):
+    """A list, dict, set, deque, array or tuple of such, which code could compare with
+    ``is`` to another one read: checked by ``inner``; with a ``slot`` (see
+    :func:`relate`), the object found is also part of the identity relation checked
+    (these are compared by contents, and no node holds them)."""
+
+    __slots__ = ("inner", "slot")
+
+    def __init__(self, inner: Node) -> None:
+        super().__init__(inner.label)
+        self.inner = inner
+        self.slot: int | None = None
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        bad = self.inner.check(value, deep)
+        if bad is None and self.slot is not None:
+            seen(self.slot, value)
+        return bad
 
 
 class BoundBuiltin(Node):

@@ -75,9 +75,11 @@ from .nodes import (
     Module,
     Node,
     Primitive,
+    ReadContainer,
     ReadValue,
     Record,
     Reduced,
+    Related,
     Rule,
     Scalar,
     ScalarSeq,
@@ -168,6 +170,8 @@ _IMMUTABLE_OBJECTS: tuple[type, ...] = (
     type(Ellipsis),
     type(NotImplemented),
 )
+#: Containers compared by contents whose identity is checked as a relation.
+_RELATED_TYPES = frozenset({list, dict, set, frozenset, collections.deque, tuple})
 _LRU_CACHED = type(functools.lru_cache(None)(lambda: None))
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement or at run time
 
@@ -224,6 +228,8 @@ class Walker:
         self._modules: set[int] = set()
         #: The numbers, strings and tuples of them read, for :meth:`finish`.
         self._values: list[ReadValue] = []
+        #: The containers read, for :meth:`finish`.
+        self._containers: list[ReadContainer] = []
         self._in_argument = False  # walking an argument: arrays compared by contents
         self._argument: int | str | None = None  # the argument being walked
         self._source: str | None = None  # the user function whose reads are being walked
@@ -243,8 +249,8 @@ class Walker:
     def finish(self) -> None:
         """The walk is complete: which of the equal values it read were the same object
         is checked too (see :func:`~ipyrefresh._src.nodes.relate`)."""
-        self.guard.relation = relate(self._values)
-        self._values = []
+        self.guard.relation = relate(self._values, self._containers)
+        self._values, self._containers = [], []
 
     # -- roots -------------------------------------------------------------------------
     def env_root(self, reader: Reader, node: Node) -> None:
@@ -519,9 +525,25 @@ class Walker:
         self._path.append(id(value))
         self._keep.append(value)
         try:
-            return make()
+            node = make()
         finally:
             self._path.pop()
+        return self._related(value, node)
+
+    def _related(self, value: Any, node: Node) -> Node:
+        """A list, dict, set, deque, array, or tuple not of scalars alone (those are
+        values): code could compare it with ``is`` to another one of the same kind (see
+        :func:`~ipyrefresh._src.nodes.relate`)."""
+        t = type(value)
+        if t is np.ndarray:
+            kind: Any = (t, value.shape, value.dtype.str)
+        elif t in _RELATED_TYPES and not (t is tuple and type(node) is ScalarSeq):
+            kind = (t, len(value))
+        else:
+            return node
+        related = Related(node)
+        self._containers.append((related, kind, value, self._argument))
+        return related
 
     def _seq(self, value: Any, label: str) -> Node:
         items = list(iterate(value))
@@ -672,7 +694,7 @@ class Walker:
             d = descr.__get__(obj)
             if type(d) is dict:
                 attrs = self._map_labelled(d, lambda k: f"{label}.{k}")
-        read = len(self._values)
+        read, containers = len(self._values), len(self._containers)
         slots = []
         for name, member in slot_members(cls):
             try:
@@ -683,7 +705,7 @@ class Walker:
         flags = type.__dict__["__flags__"].__get__(cls)  # (a metaclass may refuse reads)
         data = issubclass(cls, _DATA_TYPES)  # (a subclass: its items are checked already)
         if attrs is None and (not slots or not (flags & _HEAPTYPE or data)):
-            del self._values[read:]  # (the slots' nodes are not kept)
+            del self._values[read:], self._containers[containers:]  # (nodes not kept)
             if data:
                 return None
             if issubclass(cls, _IMMUTABLE_OBJECTS) or (not slots and _stateless(cls)):
