@@ -36,7 +36,8 @@ class Guard:
     #: compiler copies those its artifact keeps. Emptied once the variant is made, so
     #: that a guard never keeps the caller's arrays alive.
     argument_arrays: list[Any] = field(default_factory=list)
-    #: Which of the equal values read were the same object (see ``identity.py``).
+    #: Which of the reads that cannot be checked as the very objects were one object
+    #: (see ``identity.py``).
     relation: Relation | None = None
     _checks: tuple[Check, Check] | None = None
 

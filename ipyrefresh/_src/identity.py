@@ -1,16 +1,20 @@
-"""Which of the arguments' values are the same object as which value read: a relation.
+"""Which of the objects read are one object: a relation, checked where identity cannot be.
 
 A guard compares numbers, strings and tuples of them by value. Code can also tell two
 equal ones apart by identity: a sentinel (``CFG['mode'] is MISSING``), a string made one
 object by ``sys.intern``. Equal values read in the code and data stay the very objects
-they were (``nodes.relate``). An argument cannot: a literal passed from each cell
-(``step(p, x, y, 0.1)``) is a new object at each call. What code could see of it is
-which of the equal values read it is one object with (``f(x, MISSING)``, then an equal
-copy): that relation is what is checked for the groups an argument is in, not each
-object.
+they were (``nodes.relate``). Two kinds of read cannot:
 
-The walk gives each read of such a group a slot; during a check, each node with a slot
-puts the object it found in the list :data:`SEEN` holds (the compiled guard's own, or
+- an argument: a literal passed from each cell (``step(p, x, y, 0.1)``) is a new object
+  at each call. What code could see of it is which of the equal values read it is one
+  object with (``f(x, MISSING)``, then an equal copy);
+- a list, dict, set, deque or array: compared by contents, and held by no node (which
+  would keep the user's data alive). What code could see is which of those of its kind
+  read are one object (``A is B`` after ``B = list(A)``).
+
+For those, the relation (which reads are one object, by id) is what is checked, not each
+object. The walk gives each such read a slot; during a check, each node with a slot puts
+the object it found in the list :data:`SEEN` holds (the compiled guard's own, or
 :meth:`~ipyrefresh._src.guard.Guard.check_interpreted`'s), and :class:`IdentityCheck`
 compares the relation found with the build's.
 """

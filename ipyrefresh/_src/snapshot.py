@@ -230,8 +230,8 @@ class Walker:
         self._values: list[ReadValue] = []
         #: The containers read, for :meth:`finish`.
         self._containers: list[ReadContainer] = []
-        self._in_argument = False  # walking an argument: arrays compared by contents
-        self._argument: int | str | None = None  # the argument being walked
+        #: The argument being walked (its arrays are compared by contents), or None.
+        self._argument: int | str | None = None
         self._source: str | None = None  # the user function whose reads are being walked
         #: Code objects whose function was walked (with their nested code).
         self.covered: set[CodeType] = set()
@@ -260,11 +260,11 @@ class Walker:
         self.env_root(TargetReader(), self.walk(fn, label))
 
     def argument(self, key: int | str, value: Any, label: str) -> None:
-        self._in_argument, self._argument = True, key
+        self._argument = key
         try:
             self.guard.args.append((ArgReader(key), self.walk(value, label)))
         finally:
-            self._in_argument, self._argument = False, None
+            self._argument = None
 
     def call(
         self, args: tuple[Any, ...], kwargs: Mapping[str, Any], argnums: tuple[int, ...]
@@ -471,8 +471,8 @@ class Walker:
         if isinstance(value, np.ndarray):
             if value.dtype.hasobject:
                 raise Unguardable(f"{label} is an array of Python objects")
-            parts.append(Array(label, value, identity=not self._in_argument))
-            if self._in_argument:
+            parts.append(Array(label, value, identity=self._argument is None))
+            if self._argument is not None:
                 self.guard.argument_arrays.append(value)
         elif t is np.void:
             if value.dtype.hasobject:
