@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,11 @@ def modules(tmp_path: Path) -> Iterator[Any]:
 @pytest.fixture
 def bare_shell(engine: Engine) -> Iterator[Shell]:
     """The real IPython shell, reset, without ipyrefresh loaded."""
+    # ``shell.reset`` runs a full garbage collection (here and at teardown), whose cost grows
+    # with everything alive in this process: the imported JAX, and the files IPython's
+    # tracebacks parsed (stack_data keeps them). Freezing what is alive now keeps each
+    # collection to what this test makes; what the test leaves behind is still collected.
+    gc.freeze()
     shell = InteractiveShell.instance()
     shell.reset(new_session=False)
     shell.config.pop("IPyRefresh", None)  # %config in an earlier test must not leak
