@@ -72,16 +72,6 @@ def assert_same(got: Any, want: Any, what: str = "") -> None:
     assert not d, f"{what}: handle answered differently from a fresh autograd computation: {d}"
 
 
-#: IPython's own notice when the test shell's history session collides with another
-#: process's in the shared history database: printed to stdout, not by the code tested.
-_HISTORY_NOTICE = "ERROR! Session/line number was not unique in database."
-
-
-def printed_lines(out: str) -> list[str]:
-    """The lines a cell printed, without IPython's history notice."""
-    return [line for line in out.splitlines() if not line.startswith(_HISTORY_NOTICE)]
-
-
 def check(ip: Shell, call: str, oracle: str, times: int = 2, what: str = "") -> Any:
     """Call the handle ``times`` times, each time followed at once by the oracle; return
     the oracle's last answer."""
