@@ -89,13 +89,18 @@ def modules(tmp_path: Path) -> Iterator[Any]:
 
 
 @pytest.fixture
-def bare_shell(engine: Engine) -> Iterator[Shell]:
+def bare_shell(engine: Engine, request: pytest.FixtureRequest) -> Iterator[Shell]:
     """The real IPython shell, reset, without ipyrefresh loaded."""
     # ``shell.reset`` runs a full garbage collection (here and at teardown), whose cost grows
     # with everything alive in this process: the imported JAX, and the files IPython's
     # tracebacks parsed (stack_data keeps them). Freezing what is alive now keeps each
     # collection to what this test makes; what the test leaves behind is still collected.
-    gc.freeze()
+    # The memory tests measure what the collector frees and what stays allocated: they run
+    # with nothing frozen, as a user's process does.
+    if request.node.get_closest_marker("memory") is None:
+        gc.freeze()
+    else:
+        gc.unfreeze()
     shell = InteractiveShell.instance()
     # A new history session, numbered from cell 1: in the old one, cell numbers that start
     # again at 1 collide in the history database, and IPython's history thread prints a
