@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
+from ipyrefresh._src.config import IPyRefresh
 from ipyrefresh._src.engine import Engine, using
 
 
@@ -72,10 +73,16 @@ def compiles() -> Iterator[Any]:
         counter.close()
 
 
+#: The suite builds a derivative at its first call (the default is its second: see
+#: ``IPyRefresh.build_at_call``), so that a scenario's first call is a build whose guard
+#: the change that follows must fail. ``tests/test_first_call.py`` runs the default.
+SUITE_CONFIG = {"build_at_call": 1}
+
+
 @pytest.fixture
 def engine() -> Iterator[Engine]:
     """A fresh engine, current for one test."""
-    with using(Engine()) as fresh:
+    with using(Engine(IPyRefresh(**SUITE_CONFIG))) as fresh:
         yield fresh
 
 
@@ -107,6 +114,8 @@ def bare_shell(engine: Engine, request: pytest.FixtureRequest) -> Iterator[Shell
     # notice into whatever output the test is capturing.
     shell.reset(new_session=True)
     shell.config.pop("IPyRefresh", None)  # %config in an earlier test must not leak
+    for name, value in SUITE_CONFIG.items():
+        setattr(shell.config.IPyRefresh, name, value)
     shell.run_line_magic("unload_ext", "ipyrefresh")
     yield Shell(shell)
     shell.run_line_magic("unload_ext", "ipyrefresh")

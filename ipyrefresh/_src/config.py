@@ -42,6 +42,14 @@ class IPyRefresh(Configurable):
         "mode and %refresh can rebuild it before its next call.",
     ).tag(config=True)
 
+    build_at_call = Int(
+        2,
+        help="Which call of a new derivative builds it (the tape backend). The calls before "
+        "run plain autograd: a derivative called once, to look at a value, costs what "
+        "autograd costs, and a build (several autograd calls' worth) is paid only by one "
+        "that is called again. 1 builds at the first call.",
+    ).tag(config=True)
+
     verbose = Bool(False, help="Print a line whenever a derivative is rebuilt.").tag(config=True)
 
     @validate("backend")
@@ -58,4 +66,10 @@ class IPyRefresh(Configurable):
     def _check_max_entries(self, proposal: dict[str, Any]) -> int:
         if proposal["value"] < 1:
             raise TraitError("max_entries must be at least 1")
+        return int(proposal["value"])
+
+    @validate("build_at_call")
+    def _check_build_at_call(self, proposal: dict[str, Any]) -> int:
+        if proposal["value"] < 1:
+            raise TraitError("build_at_call must be at least 1 (the first call)")
         return int(proposal["value"])

@@ -71,6 +71,7 @@ class Engine:
             "rebuilds": 0,
             "variants": 0,
             "unbuilt_calls": 0,
+            "calls_before_build": 0,
             "busy_calls": 0,
             "internal_errors": 0,
         }
@@ -239,6 +240,8 @@ class Engine:
                     entry.hit(variant, self.cell)
                     entry.mark("cache hit")
                     return entry, answer
+            if self._defers_build(entry):
+                return entry, self._run_before_build(entry, fn, args, kwargs)
             if (
                 read
                 and entry.state is State.FRESH
@@ -263,6 +266,27 @@ class Engine:
         fallback = compilers.get(entry.key.backend).fallback(entry.request, first.guard, why)
         entry.mark("ran the code: " + why)
         return fallback.run(fn, args, kwargs)
+
+    def _defers_build(self, entry: Entry) -> bool:
+        """A never-built entry whose first calls run the fallback (``build_at_call``)."""
+        return (
+            entry.state is State.UNBUILT
+            and entry.calls_before_build + 1 < self.config.build_at_call
+            and compilers.get(entry.key.backend).defers_first_build(entry.request)
+        )
+
+    def _run_before_build(
+        self, entry: Entry, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """A new derivative's first call (before ``build_at_call``): run the code (plain
+        autograd). A derivative called once costs what autograd costs; the build, worth
+        several runs, is paid by one that is called again (at that call)."""
+        check_differentiable(fn, entry.target.label)
+        self.stats["calls_before_build"] += 1
+        why = f"a derivative is built at its call {self.config.build_at_call}"
+        compiler = compilers.get(entry.key.backend)
+        entry.ran_before_build("ran the code: " + why)
+        return compiler.fallback(entry.request, Guard(), why).run(fn, args, kwargs)
 
     def _try(
         self, entry: Entry, variant: Variant, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -557,6 +581,7 @@ class Engine:
                 "rebuilds": self.stats["rebuilds"],
                 "variants": self.stats["variants"],
                 "unbuilt_calls": self.stats["unbuilt_calls"],
+                "calls_before_build": self.stats["calls_before_build"],
                 "busy_calls": self.stats["busy_calls"],
                 "evictions": self.cache.evictions,
                 "internal_errors": self.stats["internal_errors"],

@@ -52,6 +52,7 @@ class Entry:
     __slots__ = (
         "__weakref__",
         "builds",
+        "calls_before_build",
         "drawn_between_calls",
         "error",
         "example",
@@ -85,6 +86,8 @@ class Entry:
         self.info = BuildInfo()
         self.error = ""
         self.builds = 0
+        #: Calls answered by the fallback before the first build (see ``build_at_call``).
+        self.calls_before_build = 0
         #: A generator a variant reached was drawn from between calls: builds run the code.
         self.drawn_between_calls = False
         self.hits = 0
@@ -184,6 +187,11 @@ class Entry:
         """The arguments at ``keys`` have values this entry meets for the first time (see
         ``sightings``): run the code for them rather than trace a path."""
         return self.sightings.first(keys, args, kwargs)
+
+    def ran_before_build(self, event: str) -> None:
+        """The fallback answered a call of this never-built entry (see ``build_at_call``)."""
+        self.calls_before_build += 1
+        self.last_event = event
 
     def hit(self, variant: Variant, cell: CellRef | None) -> None:
         """``variant`` answered a call (in ``cell``): count it, try it first next time."""

@@ -62,3 +62,6 @@ class AutogradCompiler:
 
     def runs_first_sight(self, request: Request) -> bool:
         return False  # (it has no variants to miss)
+
+    def defers_first_build(self, request: Request) -> bool:
+        return False  # (a build is a plain run)

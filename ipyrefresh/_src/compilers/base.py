@@ -136,6 +136,11 @@ class Compiler(Protocol):
         call (a minibatch, Newton's next estimate) must not cost a build at every call."""
         ...
 
+    def defers_first_build(self, request: Request) -> bool:
+        """Whether a new entry's first calls (``IPyRefresh.build_at_call``) run the
+        fallback rather than a build: true where a build costs several fallback runs."""
+        ...
+
 
 class PythonVariant:
     """A variant that runs the user's code on every call: always current, never fast."""

@@ -647,6 +647,11 @@ class JaxCompiler:
         compiles, as ``jax.jit`` does for a new static value."""
         return request.transform is not Transform.JIT
 
+    def defers_first_build(self, request: Request) -> bool:
+        """A first call compiles, as ``jax.jit`` does (unjitted JAX can cost more than a
+        compile: a ``scan`` runs op by op)."""
+        return False
+
     def fallback(self, request: Request, guard: Guard, why: str) -> Variant:
         guard.add(_config_guard())  # (a debugging setting turned off again: build then)
         # One context while the guard holds: fresh traces of jitted callees and scan

@@ -135,3 +135,6 @@ class TapeCompiler:
 
     def runs_first_sight(self, request: Request) -> bool:
         return True  # (a build costs several runs of plain autograd)
+
+    def defers_first_build(self, request: Request) -> bool:
+        return True  # (the same)
