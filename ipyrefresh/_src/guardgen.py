@@ -49,7 +49,6 @@ from .nodes import (
     Node,
     Primitive,
     Related,
-    Rule,
     Scalar,
     ScalarSeq,
     Seq,
@@ -200,12 +199,9 @@ def _primitive(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     e.fail(f"{v} is not {e.const(node.ref)}()", e.node_fail(node, v, arg, ChangeKind.REDEFINED))
     rule = e.const(node.rule)
     e.fail(f"_vjps({v}, MISSING) is not {rule}", e.mismatch(node, ChangeKind.RULE_CHANGED, arg))
-
-
-def _rule(e: _Emitter, node: Node, v: str, arg: bool) -> None:
-    assert isinstance(node, Rule)
-    prim, rule = e.const(node.prim), e.const(node.rule)
-    e.fail(f"_vjps({prim}, MISSING) is not {rule}", e.mismatch(node, ChangeKind.RULE_CHANGED, arg))
+    if node.code is not None:
+        same = f"{e.const(node)}.same_code({v})"
+        e.fail(f"not {same}", e.mismatch(node, ChangeKind.CODE_CHANGED, arg))
 
 
 def _function(e: _Emitter, node: Node, v: str, arg: bool) -> None:
@@ -397,7 +393,6 @@ _EMITTERS: dict[type, Callable[[_Emitter, Node, str, bool], None]] = {
     Identity: _identity,
     Module: _module,
     Primitive: _primitive,
-    Rule: _rule,
     Function: _function,
     Cell: _cellnode,
     Array: _array,

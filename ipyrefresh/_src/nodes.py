@@ -18,6 +18,7 @@ lists, dicts or arrays (functions, classes and arrays are held weakly).
 from __future__ import annotations
 
 import collections
+import contextlib
 import struct
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -63,11 +64,15 @@ class Mismatch:
         return f"Mismatch({self.subject!r}, {self.kind.name})"
 
 
+#: numpy's own scalar types, compared by value like Python's. A subclass of one is an
+#: object like any other (its ``__dict__``, its own ``__eq__``); a structured array's
+#: record, np.void, is a view of the array's memory.
+NUMPY_SCALAR_TYPES: frozenset[type] = frozenset(np.sctypeDict.values()) - {np.object_, np.void}
+
+
 def is_scalar(v: Any) -> bool:
     t = type(v)
-    return t in SCALAR_TYPES or (
-        issubclass(t, np.generic) and t is not np.object_ and not issubclass(t, np.void)
-    )  # (a structured array's record, np.void, is a view of the array's memory)
+    return t in SCALAR_TYPES or t in NUMPY_SCALAR_TYPES
 
 
 def is_key(v: Any) -> bool:
@@ -85,7 +90,7 @@ def same_scalar(a: Any, b: Any) -> bool:
         return False
     if t is tuple:
         return len(a) == len(b) and all(map(same_scalar, a, b))
-    if t not in SCALAR_TYPES and not issubclass(t, np.generic):
+    if t not in SCALAR_TYPES and t not in NUMPY_SCALAR_TYPES:
         return False
     if (t is np.datetime64 or t is np.timedelta64) and a.dtype != b.dtype:
         return False  # (one minute == 60 seconds, but their integers differ)
@@ -365,37 +370,58 @@ class Function(Node):
         return None
 
 
+def implementation(prim: Any) -> Any:
+    """What autograd's wrapper of a primitive calls: the ``f_raw`` in its closure (its
+    ``fun`` attribute is a copy for readers, which the wrapper never reads)."""
+    code, closure = getattr(prim, "__code__", None), getattr(prim, "__closure__", None)
+    if code is not None and closure and "f_raw" in code.co_freevars:
+        with contextlib.suppress(ValueError, IndexError):  # (an empty cell)
+            return closure[code.co_freevars.index("f_raw")].cell_contents
+    return getattr(prim, "fun", prim)
+
+
+def _cell_contents(fn: Any) -> tuple[Any, ...]:
+    out = []
+    for cell in fn.__closure__ or ():
+        try:
+            out.append(cell.cell_contents)
+        except ValueError:
+            out.append(MISSING)
+    return tuple(out)
+
+
 class Primitive(Node):
-    """An autograd primitive: the same wrapper and the same registered VJP."""
+    """An autograd primitive: the same wrapper and the same registered VJP; for one of the
+    user's (``code`` set), also the same code and closure, the implementation in it
+    included (``%autoreload`` patches a wrapper in place)."""
 
-    __slots__ = ("ref", "rule")
+    __slots__ = ("cells", "code", "ref", "rule")
 
-    def __init__(self, label: str, prim: Any) -> None:
+    def __init__(self, label: str, prim: Any, own: bool) -> None:
         super().__init__(label)
         self.ref = Ref(prim)
         self.rule = primitive_vjps.get(prim, MISSING)
+        self.code = prim.__code__ if own else None
+        self.cells = tuple(Ref(c) for c in _cell_contents(prim)) if own else ()
+
+    def same_code(self, value: Any) -> bool:
+        """The wrapper runs the code and closure it had (a user primitive's)."""
+        if self.code is None:
+            return True
+        if value.__code__ is not self.code:
+            return False
+        contents = _cell_contents(value)
+        return len(contents) == len(self.cells) and all(
+            c is r() for c, r in zip(contents, self.cells, strict=True)
+        )
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
         if value is not self.ref():
             return self.fail(value, ChangeKind.REDEFINED)
         if primitive_vjps.get(value, MISSING) is not self.rule:
             return Mismatch(self.label, ChangeKind.RULE_CHANGED)
-        return None
-
-
-class Rule(Node):
-    """Only the VJP registered for a primitive a tape used (``defvjp`` replaces it)."""
-
-    __slots__ = ("prim", "rule")
-
-    def __init__(self, label: str, prim: Any) -> None:
-        super().__init__(label)
-        self.prim = prim  # library primitives live as long as their module
-        self.rule = primitive_vjps.get(prim, MISSING)
-
-    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
-        if primitive_vjps.get(self.prim, MISSING) is not self.rule:
-            return Mismatch(self.label, ChangeKind.RULE_CHANGED)
+        if not self.same_code(value):
+            return Mismatch(self.label, ChangeKind.CODE_CHANGED)
         return None
 
 

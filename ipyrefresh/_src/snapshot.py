@@ -80,7 +80,6 @@ from .nodes import (
     Record,
     Reduced,
     Related,
-    Rule,
     Scalar,
     ScalarSeq,
     ScalarSet,
@@ -89,6 +88,7 @@ from .nodes import (
     WeakRefTo,
     Wrapped,
     class_keys,
+    implementation,
     is_key,
     is_scalar,
     iterate,
@@ -312,7 +312,7 @@ class Walker:
                 if isinstance(owner, _RNG_TYPES) and value.__name__ in _STATE_READERS:
                     self._reach_rng(owner, f"{label}'s generator")  # (np.random.get_state)
                 node = (
-                    Primitive(label, value)
+                    Primitive(label, value, own=False)
                     if _has_rule(value)
                     else Identity(label, value, ChangeKind.REDEFINED)
                 )
@@ -585,10 +585,17 @@ class Walker:
         self._functions.add(id(fn))
         self._keep.append(fn)
         if fn.__dict__.get("_is_autograd_primitive") is True:
-            raw = fn.__dict__.get("fun")
+            # What the wrapper calls (not its ``fun`` attribute): a function, or any
+            # callable of the user's (a bound method, a partial, an instance), walked as
+            # any value; a library's (a ufunc, numpy's functions) is itself.
+            raw = implementation(fn)
+            own = _users_implementation(raw)
             if type(raw) is FunctionType:
                 self.env_root(FixedReader(_weak(raw)), self.function(raw, label))
-            return Primitive(label, fn)
+            elif own:
+                implemented = f"{label}'s implementation"
+                self.env_root(FixedReader(_weak(raw)), self.walk(raw, implemented))
+            return Primitive(label, fn, own)
         code = fn.__code__
         self.covered.add(code)
         self.covered.update(codefacts.nested(code))
@@ -923,14 +930,25 @@ def _has_rule(value: Any) -> bool:
         return False
 
 
+def _users_implementation(raw: Any) -> bool:
+    """Whether a primitive's implementation is the user's (its wrapper's code and closure
+    are then checked): anything but a library's function, ufunc or C function."""
+    if isinstance(raw, (BuiltinFunctionType, np.ufunc)):
+        return False
+    return type(raw) is not FunctionType or codefacts.is_user_code(raw.__code__)
+
+
 def rules_of(prims: list[Any]) -> list[tuple[Reader, Node]]:
-    """Guards on the VJPs registered for the primitives a tape replays."""
+    """Guards on the primitives a tape replays: the VJPs registered for them, and for the
+    user's, the implementation their wrapper calls (wherever the code found them)."""
     out: list[tuple[Reader, Node]] = []
     seen: set[int] = set()
     for prim in prims:
         if id(prim) not in seen:
             seen.add(id(prim))
-            out.append((TargetReader(), Rule(f"{getattr(prim, '__name__', '?')}", prim)))
+            own = _users_implementation(implementation(prim))
+            label = f"{getattr(prim, '__name__', '?')}"
+            out.append((FixedReader(_weak(prim)), Primitive(label, prim, own)))
     return out
 
 

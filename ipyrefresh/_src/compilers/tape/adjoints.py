@@ -29,11 +29,13 @@ from autograd.numpy import numpy_vjps
 from autograd.numpy import numpy_wrapper as W
 from autograd.numpy.numpy_boxes import ArrayBox
 
+from ...nodes import NUMPY_SCALAR_TYPES, implementation
+
 getitem = ArrayBox.__getitem__
 
 
 def _raw(f: Any) -> Any:
-    return getattr(f, "fun", f)
+    return implementation(f)
 
 
 class Names(Protocol):
@@ -235,7 +237,9 @@ BINARY: dict[Any, tuple[str, str]] = {
 }
 
 #: Forward operators that are the same ufunc call as the primitive, but cheaper to
-#: dispatch, used when one operand is a numpy object (so the result type is the same).
+#: dispatch, used when one operand is a numpy object and the others are plain numbers
+#: (so the result type is the same, and no operand's own ``__add__`` or ``__radd__``
+#: answers instead of the ufunc, as it would for an object with ``__array_priority__``).
 OPERATORS: dict[Any, str] = {
     anp.add: "{x} + {y}",
     anp.subtract: "{x} - {y}",
@@ -247,7 +251,11 @@ OPERATORS: dict[Any, str] = {
 
 
 def _is_numpy(v: Any) -> bool:
-    return type(v) is np.ndarray or isinstance(v, np.generic)
+    return type(v) is np.ndarray or type(v) in NUMPY_SCALAR_TYPES
+
+
+def _is_operand(v: Any) -> bool:
+    return _is_numpy(v) or type(v) in (int, float, complex, bool)
 
 
 def forward(names: Names, op: Any) -> str | None:
@@ -258,7 +266,8 @@ def forward(names: Names, op: Any) -> str | None:
     if (f is getitem or f is container_take) and len(op.args) == 2:
         return f"{names.arg(op, 0)}[{names.arg(op, 1)}]"
     template = OPERATORS.get(f)
-    if template is None or not any(_is_numpy(a) for a in op.args):
+    args = op.args
+    if template is None or not any(map(_is_numpy, args)) or not all(map(_is_operand, args)):
         return None
     if len(op.args) == 1:
         return template.format(x=names.arg(op, 0))
@@ -582,7 +591,7 @@ def layout_static(op: Any) -> bool:
         return len(op.args) == 3
     if f in DTYPE_BY_VALUE:
         return False
-    raw = getattr(f, "fun", None)
+    raw = implementation(f)
     return f in SHAPE_STATIC or (isinstance(raw, np.ufunc) and raw.signature is None)
 
 

@@ -30,7 +30,7 @@ import numpy as np
 from autograd.core import add_outgrads, primitive_vjps, vspace
 
 from ...code import GENERATED_FILE
-from ...nodes import SCALAR_TYPES, same_scalar
+from ...nodes import SCALAR_TYPES, implementation, same_scalar
 from ..base import Miss, Transform
 from . import adjoints
 from .record import BoolGuard, Op, OpGuard, Tape, Unsupported, copy_in_layout
@@ -413,7 +413,7 @@ class Emitter:
                 want = "True" if e.expected else "False"
                 self.guard(f"bool(v{e.slot}) is not {want}", f"bool(...) is {want} at {e.where}")
             elif type(e) is OpGuard:
-                raw = self.const(getattr(e.fun, "fun", e.fun))
+                raw = self.const(implementation(e.fun))
                 self.lines.append(f"    t = {raw}({self.call_args(e)})")
                 exp = e.value
                 if type(exp) in (bool, np.bool_):
@@ -423,7 +423,7 @@ class Emitter:
             elif type(e) is Op and needed[e.slot]:
                 expr = adjoints.forward(self, e)
                 if expr is None:
-                    expr = f"{self.const(getattr(e.fun, 'fun', e.fun))}({self.call_args(e)})"
+                    expr = f"{self.const(implementation(e.fun))}({self.call_args(e)})"
                 self.lines.append(f"    v{e.slot} = {expr}")
                 if not adjoints.layout_static(e):
                     want = self.const(adjoints.layouts(e.value))

@@ -1,0 +1,162 @@
+"""Adversarial scenarios for the user's own autograd primitives, the objects a replay's
+operators meet, and subclasses of numpy's scalar types (hunt 32). Each asks ``status()``
+first (it must never say fresh about a wrong answer), then the handle, against a fresh
+autograd computation of the objects bound now, bit for bit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .conftest import Shell
+from .scenario_helpers import PRELUDE, guards_agree, rewrite, status_then_call
+
+
+@pytest.fixture
+def nb(ip: Shell) -> Shell:
+    ip.run(PRELUDE + "\nfrom autograd.extend import primitive, defvjp")
+    return ip
+
+
+def calls(ip: Shell, handle: str, call: str, oracle: str, what: str, times: int = 2) -> None:
+    for k in range(times):
+        guards_agree()
+        status_then_call(ip, handle, call, oracle, f"{what} (call {k + 1})")
+
+
+def test_implementation_swapped_in_the_wrappers_closure(nb: Shell) -> None:
+    """autograd's wrapper calls the ``f_raw`` in its closure: swapping it is a new
+    implementation, which the replay must not keep answering for."""
+    nb.run(
+        "def raw(x):\n    return x * x\n"
+        "up = primitive(raw)\n"
+        "defvjp(up, lambda ans, x: lambda g: g * 2 * x)\n"
+        "def h(x):\n    return np.sum(up(x))\n"
+        "dh = value_and_grad(h)\nx = np.array([0.1, 0.2, 0.3])"
+    )
+    oracle = "autograd.value_and_grad(h)(x)"
+    calls(nb, "dh", "dh(x)", oracle, "built")
+    nb.run(
+        "def raw3(x):\n    return x * x * x\n"
+        "[c for c in up.__closure__ if c.cell_contents is raw][0].cell_contents = raw3"
+    )
+    calls(nb, "dh", "dh(x)", oracle, "after the closure's implementation was swapped")
+
+
+def test_fun_attribute_is_not_what_autograd_calls(nb: Shell) -> None:
+    nb.run(
+        "@primitive\ndef up2(x):\n    return onp.sin(x)\n"
+        "defvjp(up2, lambda ans, x: lambda g: g * onp.cos(x))\n"
+        "up2.fun = lambda x: onp.cos(x)  # a copy for readers: the wrapper never reads it\n"
+        "def h2(x):\n    return np.sum(up2(x) * x)\n"
+        "dh2 = value_and_grad(h2)\nx = np.array([0.1, 0.2, 0.3])"
+    )
+    calls(nb, "dh2", "dh2(x)", "autograd.value_and_grad(h2)(x)", "replayed", times=3)
+
+
+def test_primitive_edited_on_disk_under_autoreload(nb: Shell, modules: Any) -> None:
+    """``%autoreload 2`` patches the wrapper in place: autograd then finds no VJP for it
+    and raises; the handle must raise too, not answer the old body's numbers."""
+    source = (
+        "from autograd.extend import primitive, defvjp\n"
+        "@primitive\ndef sq(x):\n    return x * x\n"
+        "defvjp(sq, lambda ans, x: lambda g: g * 2 * x)\n"
+    )
+    path = modules("primmod", source)
+    nb.run("%load_ext autoreload\n%autoreload 2")
+    nb.run(
+        "import primmod\n"
+        "def h(x):\n    return np.sum(primmod.sq(x))\n"
+        "dh = value_and_grad(h)\nx = np.array([0.1, 0.2, 0.3])"
+    )
+    calls(nb, "dh", "dh(x)", "autograd.value_and_grad(h)(x)", "built")
+    rewrite(path, source.replace("return x * x", "return x * x * x"))
+    nb.run("primmod.sq(x)")  # (autoreload patches it before this cell)
+    guards_agree()
+    mine = nb.run_error("dh(x)")
+    theirs = nb.run_error("autograd.value_and_grad(h)(x)")
+    assert type(mine) is type(theirs), (mine, theirs)
+
+
+@pytest.mark.parametrize(
+    ("make", "change"),
+    [
+        (
+            "class Model:\n    def __init__(self):\n        self.s = 2.0\n"
+            "    def f(self, c):\n        return c * self.s\n"
+            "obj = Model()\nup3 = primitive(obj.f)",
+            "obj.s = 7.0",
+        ),
+        (
+            "class Impl:\n    def __init__(self):\n        self.k = 2.0\n"
+            "    def __call__(self, c):\n        return c * self.k\n"
+            "obj = Impl()\nup3 = primitive(obj)",
+            "obj.k = 5.0",
+        ),
+        (
+            "import functools\nKARR = onp.array([1.0, 1.0, 1.0])\n"
+            "def impl(c, k):\n    return c * k\n"
+            "up3 = primitive(functools.partial(impl, k=KARR))",
+            "KARR[0] = 9.0",
+        ),
+    ],
+    ids=["bound_method", "callable_instance", "partial_with_array"],
+)
+def test_implementations_that_are_not_functions(nb: Shell, make: str, change: str) -> None:
+    nb.run(
+        make + "\ndefvjp(up3, lambda ans, c, **kw: lambda g: g)\n"
+        "C = onp.array([1.0, 2.0, 3.0])\n"
+        "def h3(x):\n    return np.sum(x * up3(C))\n"
+        "dh3 = grad(h3)\nx = np.array([0.1, 0.2, 0.3])"
+    )
+    calls(nb, "dh3", "dh3(x)", "autograd.grad(h3)(x)", "built")
+    nb.run(change)
+    calls(nb, "dh3", "dh3(x)", "autograd.grad(h3)(x)", f"after {change}")
+
+
+@pytest.mark.parametrize("first", [False, True], ids=["array_first", "object_first"])
+def test_operands_with_their_own_operators(nb: Shell, first: bool) -> None:
+    """``np.add(x, P)`` is the ufunc, whatever P's ``__radd__`` or ``__add__`` would do
+    with ``x + P``: the replay must not turn it into the operator."""
+    nb.run(
+        "class Pri:\n    __array_priority__ = 100.0\n"
+        "    def __init__(self, a):\n        self.a = a\n"
+        "    def __array__(self, dtype=None, copy=None):\n        return self.a\n"
+        "    def __radd__(self, other):\n        return other + 2 * self.a\n"
+        "    def __add__(self, other):\n        return other + 3 * self.a\n"
+        "P = Pri(onp.array([1.0, 2.0]))\n"
+        f"def h(x):\n    return np.sum(np.exp(np.add({'P, x' if first else 'x, P'})))\n"
+        "dh = value_and_grad(h)\nx = np.array([0.1, 0.2])"
+    )
+    calls(nb, "dh", "dh(x)", "autograd.value_and_grad(h)(x)", "replayed", times=3)
+
+
+def test_subclass_of_a_numpy_scalar_is_an_object(nb: Shell) -> None:
+    """A subclass of np.float64 has a ``__dict__``, class attributes, methods and an
+    ``__eq__`` of its own: it is checked as an object, not by its value."""
+    nb.run(
+        "class MyNF(onp.float64):\n    unit = 1.0\n"
+        "    def factor(self):\n        return 1.0\n"
+        "NF = MyNF(2.0)\nNF.w = 2.0\n"
+        "def h(x):\n    return np.sum(x * NF.w * NF.unit * NF.factor())\n"
+        "dh = grad(h)\nx = np.array([0.1, 0.2, 0.3])"
+    )
+    oracle = "autograd.grad(h)(x)"
+    calls(nb, "dh", "dh(x)", oracle, "built")
+    for change in ("NF.w = 9.0", "MyNF.unit = 10.0", "MyNF.factor = lambda self: -1.0"):
+        nb.run(change)
+        calls(nb, "dh", "dh(x)", oracle, f"after {change}")
+    nb.run(
+        "class Tol(onp.float64):\n"
+        "    def __eq__(self, o):\n        return abs(float(self) - float(o)) < 10.0\n"
+        "    __hash__ = onp.float64.__hash__\n"
+        "K = Tol(2.0)\n"
+        "def h2(x, k=None):\n    return np.sum(x * (K if k is None else k))\n"
+        "dh2 = grad(h2)"
+    )
+    calls(nb, "dh2", "dh2(x)", "autograd.grad(h2)(x)", "built")
+    nb.run("K = Tol(5.0)  # equal, says Tol's __eq__")
+    calls(nb, "dh2", "dh2(x)", "autograd.grad(h2)(x)", "after K = Tol(5.0)")
+    for value in ("Tol(2.0)", "Tol(2.0)", "Tol(5.0)"):
+        calls(nb, "dh2", f"dh2(x, {value})", f"autograd.grad(h2)(x, {value})", value)
