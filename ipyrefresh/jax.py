@@ -78,6 +78,15 @@ def jit(
 ) -> Derivative:
     """A drop-in ``jax.jit`` for whole functions (a training step) that follows the name
     it was given and recompiles exactly when something the function read has changed."""
+    import jax  # (available: checked as this module was imported)
+
+    # What jax.jit refuses (a position or a name the function has not), refused here too.
+    jax.jit(
+        fun,
+        static_argnums=static_argnums,
+        static_argnames=static_argnames,
+        donate_argnums=donate_argnums,
+    )
     options = (
         ("static_argnums", _ints(static_argnums)),
         ("static_argnames", _names(static_argnames)),

@@ -2306,3 +2306,111 @@ def test_an_autograd_function_using_jax_on_constants_still_compiles() -> None:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "''", out.stdout
+
+
+# -- hunt 31 ---------------------------------------------------------------------------------
+
+
+def test_plain_jax_refuses_non_native_byte_order_with_ipyrefresh_loaded() -> None:
+    """``jnp.asarray`` of a big-endian float64 array (FITS, netCDF, ``np.fromfile('>f8')``)
+    with x64 on: plain JAX raises; with ipyrefresh's conversion installed it must too, not
+    read the bytes in the other order."""
+    probe = (
+        "import os\nos.environ.setdefault('JAX_PLATFORMS', 'cpu')\n"
+        "import sys, numpy as np\n"
+        "if sys.argv[1] == '1':\n    import ipyrefresh.jax\n"
+        "import jax, jax.numpy as jnp\njax.config.update('jax_enable_x64', True)\n"
+        "jnp.asarray(np.array([1.0 / 3, 2.0]))\n"
+        "a = np.array([1.5, 2.5], dtype='>f8')\n"
+        "for fn in (lambda: jnp.asarray(a), lambda: jax.grad(lambda s: jnp.sum(s * a))(1.0)):\n"
+        "    try:\n        print(np.asarray(fn()).tolist())\n"
+        "    except Exception as e:\n        print(type(e).__name__)\n"
+        "b = np.array([1.5, 2.5], dtype='>f4').astype('<f4')\n"
+        "print(jnp.asarray(b).tolist())\n"
+    )
+    outs = []
+    for flag in ("0", "1"):
+        done = subprocess.run(
+            [sys.executable, "-c", probe, flag],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        outs.append(done.stdout)
+    assert outs[1] == outs[0]
+    assert outs[0].splitlines()[0].startswith("TypeError"), outs[0]
+
+
+def test_a_numpy_array_subclass_argument_keeps_its_attributes(jp: Shell) -> None:
+    jp.run(
+        "class Weights(onp.ndarray):\n    pass\n"
+        "A = onp.array([1.0, 2.0]).view(Weights)\nA.scale = 3.0\n"
+        "def loss(v, w):\n    return jnp.sum(v * onp.asarray(w)) * getattr(w, 'scale', 1.0)\n"
+        "dl = rj.grad(loss)\nv = jnp.array([0.3, -0.7])"
+    )
+    check(jp, "dl(v, A)", "jax.grad(loss)(v, A)", times=3, what="built")
+    jp.run("A.scale = 5.0")
+    check(jp, "dl(v, A)", "jax.grad(loss)(v, A)", times=3, what="after A.scale = 5.0")
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "prepare", "call"),
+    [
+        ("jax_legacy_prng_key", "error", "k = jax.random.PRNGKey(0)", "df(x, k)"),
+        ("jax_transfer_guard", "disallow", "W = onp.array([1.0, 2.0, 3.0])", "df(x, None)"),
+    ],
+)
+def test_jax_settings_turned_on_after_a_build(
+    jp: Shell, setting: str, value: str, prepare: str, call: str
+) -> None:
+    """Settings under which fresh JAX raises (a raw uint32 key refused; a numpy value's
+    transfer refused): the handle built before must raise too, not answer from its
+    compiled function, and ``status()`` must not call it fresh."""
+    jp.run(
+        prepare + "\n"
+        "def f(v, key):\n"
+        "    noise = 0.0 if key is None else jnp.sum(jax.random.uniform(key, (3,)))\n"
+        "    data = W if 'W' in globals() else 1.0\n"
+        "    return jnp.sum(jnp.sin(v) * data) + noise\n"
+        "df = rj.grad(f)"
+    )
+    oracle = call.replace("df(", "jax.grad(f)(")
+    check(jp, call, oracle, what="built")
+    old = getattr(jax.config, setting)
+    try:
+        jax.config.update(setting, value)
+        assert {e["state"] for e in status_of(jp, "df")} == {"stale"}
+        for _ in range(2):
+            mine, theirs = jp.run_error(call), jp.run_error(oracle)
+            assert type(mine) is type(theirs), (mine, theirs)
+    finally:
+        jax.config.update(setting, old)
+    check(jp, call, oracle, what=f"{setting} back to {old}")
+
+
+def test_rj_jit_under_disable_jit_runs_like_jax_jit(jp: Shell) -> None:
+    """With ``jax_disable_jit`` on, ``jax.jit(f)`` runs f eagerly: a Python ``if`` on a
+    value works, and f runs once a call. ``rj.jit`` must do the same."""
+    jp.run(
+        "calls = []\n"
+        "def f(v):\n    calls.append(1)\n"
+        "    return jnp.sum(v) if v[0] > 0 else -jnp.sum(v)\n"
+        "jf = rj.jit(f)"
+    )
+    with jax.disable_jit():
+        for k in range(1, 4):
+            assert not differ(jp.run("jf(x)"), jp.run("jax.jit(f)(x)"))
+            assert jp.run("len(calls)") == 2 * k  # (once for jf, once for jax.jit)
+
+
+@pytest.mark.parametrize(
+    "options",
+    ["static_argnums=5", "static_argnames='zz'", "static_argnums=(1, 5)"],
+)
+def test_rj_jit_refuses_what_jax_jit_refuses(jp: Shell, options: str) -> None:
+    jp.run("def step(v, s):\n    return jnp.sum(v) * len(s)")
+    mine = jp.run_error(f"rj.jit(step, {options})")
+    theirs = jp.run_error(f"jax.jit(step, {options})")
+    assert type(mine) is type(theirs) is ValueError, (mine, theirs)

@@ -29,6 +29,7 @@ This module imports jax; it is imported only when the "jax" compiler is first us
 
 from __future__ import annotations
 
+import enum
 import functools
 import inspect
 import itertools
@@ -47,12 +48,19 @@ from ..code import unread_arguments
 from ..digest import array_digest
 from ..guard import Guard
 from ..keys import Transform
-from ..nodes import MISSING, Scalar, is_key
+from ..nodes import MISSING, NUMPY_SCALAR_TYPES, Scalar, is_key
 from ..readers import ArgReader, FixedReader, Reader
 from ..snapshot import Unguardable, Walker
 from .base import Miss, PythonVariant, Request, Traced, Variant
 
 _STATIC_TYPES = (int, float, complex, bool, str, bytes, type(None))
+#: What JAX does when a value moves between host and device (see :func:`_checking`).
+_TRANSFER_GUARDS = (
+    "jax_transfer_guard",
+    "jax_transfer_guard_host_to_device",
+    "jax_transfer_guard_device_to_host",
+    "jax_transfer_guard_device_to_device",
+)
 #: JAX settings that change what a trace computes.
 _CONFIG = (
     "jax_enable_x64",
@@ -62,12 +70,31 @@ _CONFIG = (
     "jax_debug_nans",  # (unjitted JAX raises at the first nan; a compiled answer would not)
     "jax_debug_infs",
     "jax_disable_jit",
+    "jax_legacy_prng_key",  # (whether a raw uint32 key is accepted, warned about or refused)
+    *_TRANSFER_GUARDS,
 )
 
 
 #: Settings under which unjitted JAX checks every operation (or runs no jit at all),
 #: which a handle's compiled answer would not: it runs unjitted JAX while one is on.
+#: (``rj.jit`` is a ``jax.jit``, which checks as a compiled function does, except that
+#: ``jax_disable_jit`` runs it unjitted.)
 _CHECKS = ("jax_debug_nans", "jax_debug_infs", "jax_disable_jit")
+
+
+def _checking(handles: bool) -> str:
+    """The setting under which this call must run unjitted JAX, or "". A transfer guard
+    other than "allow" counts too: unjitted JAX moves a numpy value to the device at
+    each use (and logs or refuses it), where a compiled function holds it as a constant."""
+    config = jax.config
+    for name in _CHECKS:
+        if getattr(config, name, False) is True and (handles or name == "jax_disable_jit"):
+            return f"{name} is on: unjitted JAX checks each op"
+    for name in _TRANSFER_GUARDS:
+        value = getattr(config, name, None)
+        if value is not None and value != "allow":
+            return f"{name} is {value!r}: unjitted JAX guards each transfer"
+    return ""
 
 
 def _elementwise_grad(fun: Callable[..., Any], argnums: Any = 0) -> Callable[..., Any]:
@@ -164,24 +191,36 @@ def _convert_without_cache() -> None:
     if register is None or typed is None:  # pragma: no cover - JAX before the cache
         return
     canonical_dtype = dtypes.canonicalize_dtype
+    invalid = getattr(dtypes, "InvalidInputException", TypeError)
 
     def convert(x: np.ndarray) -> Any:
+        dtype = canonical_dtype(x.dtype)
+        if not dtype.isnative:  # ('>f8' from a file: JAX's own conversion refuses it)
+            raise invalid(f"a numpy array of non-native byte order ({x.dtype})")
         if _BUILDING.active:  # a copy: the function may change x after this use
-            return typed(np.array(x, canonical_dtype(x.dtype), copy=True))
-        return typed(np.asarray(x, canonical_dtype(x.dtype)))
+            return typed(np.array(x, dtype, copy=True))
+        return typed(np.asarray(x, dtype))
 
     register(np.ndarray, convert)
+
+
+def _setting(name: str) -> tuple[Any]:
+    """A setting's value, in a one-tuple (a fixed reader's None means its object is gone);
+    an enum's (``LegacyPrngKeyState.ALLOW``) as its value."""
+    value = getattr(jax.config, name)
+    return (value.value if isinstance(value, enum.Enum) else value,)
 
 
 def _config_guard() -> list[Any]:
     """Guards on the JAX settings a trace depends on (x64 turned on mid-notebook)."""
     out = []
     for name in _CONFIG:
-        value = getattr(jax.config, name, None)
-        if value is None or type(value) not in (bool, str, int):
-            continue
-        reader = FixedReader(functools.partial(getattr, jax.config, name))
-        out.append((reader, Scalar(f"jax.config.{name}", value)))
+        if not hasattr(jax.config, name):
+            continue  # (a setting of another JAX release)
+        value = _setting(name)
+        if is_key(value):
+            reader = FixedReader(functools.partial(_setting, name))
+            out.append((reader, Scalar(f"jax.config.{name}", value)))
     # The pytree classes JAX knows: registering one (``register_pytree_node``,
     # ``register_static``, ``register_dataclass``) changes how a traced value flattens,
     # in JAX's C registry, with no Python-level change a guard could see. JAX's Python
@@ -320,9 +359,13 @@ def _layout(tree: Any) -> tuple[Any, list[Any]]:
 
 def _copyable(x: Any, depth: int = 0) -> bool:
     """A constant the trace can take as a copy of its containers: numpy and JAX arrays,
-    numbers, strings, None, in tuples, lists and dicts (numpy cannot hold a tracer)."""
+    numbers, strings, None, in tuples, lists and dicts (numpy cannot hold a tracer). Not
+    a subclass of numpy's array or scalar types: its attributes are the caller's object's,
+    which a copy would not carry."""
     t = type(x)
-    if isinstance(x, (np.ndarray, np.generic, jax.Array)) or t in _STATIC_TYPES:
+    if t is np.ndarray or t in NUMPY_SCALAR_TYPES or t in _STATIC_TYPES:
+        return True
+    if isinstance(x, jax.Array):
         return True
     if t is tuple or t is list:
         return depth < 32 and all(_copyable(v, depth + 1) for v in x)
@@ -534,11 +577,11 @@ class JaxCompiler:
                 result = reference(fn, request, args, kwargs)
             why = f"{plan.unfaithful} is an object the function could store traced values in"
             return Traced(result, unsupported=why)
-        checking = [n for n in _CHECKS if handles and getattr(jax.config, n, False) is True]
+        checking = _checking(handles)
         if checking:
             with context():
                 result = reference(fn, request, args, kwargs)
-            return Traced(result, unsupported=f"{checking[0]} is on: unjitted JAX checks each op")
+            return Traced(result, unsupported=checking)
         retry = True
         rejected: Exception
         try:
