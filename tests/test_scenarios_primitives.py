@@ -160,3 +160,25 @@ def test_subclass_of_a_numpy_scalar_is_an_object(nb: Shell) -> None:
     calls(nb, "dh2", "dh2(x)", "autograd.grad(h2)(x)", "after K = Tol(5.0)")
     for value in ("Tol(2.0)", "Tol(2.0)", "Tol(5.0)"):
         calls(nb, "dh2", f"dh2(x, {value})", f"autograd.grad(h2)(x, {value})", value)
+
+
+def test_primitive_registered_notrace_after_the_build(nb: Shell) -> None:
+    """``register_notrace(VJPNode, p)`` (autograd.extend) makes reverse mode treat ``p`` as
+    a constant: no gradient flows through it from then on."""
+    nb.run(
+        "from autograd.extend import register_notrace\nfrom autograd.core import VJPNode\n"
+        "@primitive\ndef soft(x):\n    return onp.tanh(x)\n"
+        "defvjp(soft, lambda ans, x: lambda g: g * (1 - ans ** 2))\n"
+        "def h(x):\n    return np.sum(soft(x) + x * 0.5)\n"
+        "dh = grad(h)\nx = np.array([0.3, -1.0])"
+    )
+    calls(nb, "dh", "dh(x)", "autograd.grad(h)(x)", "built")
+    try:
+        nb.run("register_notrace(VJPNode, soft)")
+        calls(nb, "dh", "dh(x)", "autograd.grad(h)(x)", "after register_notrace", times=3)
+    finally:
+        nb.run(
+            "from autograd.tracer import notrace_primitives\n"
+            "notrace_primitives[VJPNode].discard(soft)"
+        )
+    calls(nb, "dh", "dh(x)", "autograd.grad(h)(x)", "traced again")

@@ -33,6 +33,7 @@ from .keys import arg_signature
 from .nodes import (
     GONE,
     MISSING,
+    NOTRACE,
     Absent,
     Arity,
     Array,
@@ -95,6 +96,7 @@ class _Emitter:
             "_digest": array_digest,
             "_cell": _cell,
             "_vjps": primitive_vjps.get,
+            "_NOTRACE": NOTRACE,
             "_ndarray": np.ndarray,
             "_signature": arg_signature,
             "_keys": tuple,
@@ -199,6 +201,8 @@ def _primitive(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     e.fail(f"{v} is not {e.const(node.ref)}()", e.node_fail(node, v, arg, ChangeKind.REDEFINED))
     rule = e.const(node.rule)
     e.fail(f"_vjps({v}, MISSING) is not {rule}", e.mismatch(node, ChangeKind.RULE_CHANGED, arg))
+    notrace = e.const(node.notrace)
+    e.fail(f"({v} in _NOTRACE) is not {notrace}", e.mismatch(node, ChangeKind.RULE_CHANGED, arg))
     if node.code is not None:
         same = f"{e.const(node)}.same_code({v})"
         e.fail(f"not {same}", e.mismatch(node, ChangeKind.CODE_CHANGED, arg))

@@ -21,12 +21,13 @@ import collections
 import contextlib
 import struct
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from types import BuiltinFunctionType, FunctionType, MethodType
 from typing import Any
 
 import numpy as np
-from autograd.core import primitive_vjps
+from autograd.core import VJPNode, primitive_vjps
+from autograd.tracer import notrace_primitives
 
 from .changes import ChangeKind
 from .digest import array_digest, buffer_digest, frozen_dtype
@@ -390,17 +391,23 @@ def _cell_contents(fn: Any) -> tuple[Any, ...]:
     return tuple(out)
 
 
-class Primitive(Node):
-    """An autograd primitive: the same wrapper and the same registered VJP; for one of the
-    user's (``code`` set), also the same code and closure, the implementation in it
-    included (``%autoreload`` patches a wrapper in place)."""
+#: The primitives reverse mode treats as constants (``register_notrace(VJPNode, p)``).
+NOTRACE: Container[Any] = notrace_primitives[VJPNode]
 
-    __slots__ = ("cells", "code", "ref", "rule")
+
+class Primitive(Node):
+    """An autograd primitive: the same wrapper, the same registered VJP, traced or not
+    (``register_notrace``); for one of the user's (``code`` set), also the same code and
+    closure, the implementation in it included (``%autoreload`` patches a wrapper in
+    place)."""
+
+    __slots__ = ("cells", "code", "notrace", "ref", "rule")
 
     def __init__(self, label: str, prim: Any, own: bool) -> None:
         super().__init__(label)
         self.ref = Ref(prim)
         self.rule = primitive_vjps.get(prim, MISSING)
+        self.notrace = prim in NOTRACE
         self.code = prim.__code__ if own else None
         self.cells = tuple(Ref(c) for c in _cell_contents(prim)) if own else ()
 
@@ -419,6 +426,8 @@ class Primitive(Node):
         if value is not self.ref():
             return self.fail(value, ChangeKind.REDEFINED)
         if primitive_vjps.get(value, MISSING) is not self.rule:
+            return Mismatch(self.label, ChangeKind.RULE_CHANGED)
+        if (value in NOTRACE) is not self.notrace:
             return Mismatch(self.label, ChangeKind.RULE_CHANGED)
         if not self.same_code(value):
             return Mismatch(self.label, ChangeKind.CODE_CHANGED)
