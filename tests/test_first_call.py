@@ -49,8 +49,13 @@ def test_stale_says_not_built_after_one_call(
     ip.run("grad(h)(1.0)")
     capsys.readouterr()
     ip.run("%stale")
-    out = capsys.readouterr().out
-    assert "grad(h)  not built yet" in out and "fresh:" not in out.splitlines()[0]
+    assert capsys.readouterr().out.splitlines() == [
+        "None of 1 derivatives is stale: 0 fresh (checked just now), 1 not built yet:",
+        "  grad(h)  not built yet (1 call so far, by plain autograd; built at a later call)",
+    ]
+    ip.run("%refresh --all")  # (nothing to rebuild: it was never built)
+    assert "Nothing" in capsys.readouterr().out
+    assert ipyrefresh.status()["builds"] == 0
 
 
 def test_a_change_between_the_plain_call_and_the_build(default: Shell) -> None:

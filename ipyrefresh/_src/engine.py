@@ -521,6 +521,8 @@ class Engine:
                     continue
                 if eager and (entry.info.note or entry.builds == 0):
                     continue
+                if entry.state is State.UNBUILT:
+                    continue  # (never built: nothing to rebuild; see ``build_at_call``)
                 if entry.state is State.FRESH:
                     if not force:
                         continue
@@ -670,6 +672,7 @@ def entry_status(entry: Entry) -> dict[str, Any]:
         "reasons": [c.as_dict() for c in entry.reasons] if entry.state is not State.FRESH else [],
         "error": entry.error,
         "builds": entry.builds,
+        "calls_before_build": entry.calls_before_build,
         "rebuilds": entry.rebuilds,
         "hits": entry.hits,
         "compiler": key.backend,

@@ -111,7 +111,7 @@ class IPyRefreshMagics(Magics):
         report = self.engine.refresh(opts.name, force=opts.all)
         rebuilt, pending, failed = report["rebuilt"], report["pending"], report["failed"]
         if not (rebuilt or pending or failed):
-            print("Nothing to refresh: every derivative is fresh.")
+            print("Nothing to refresh: no derivative is stale.")
             return
         parts = [f"rebuilt {len(rebuilt)}"]
         if pending:

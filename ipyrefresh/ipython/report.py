@@ -11,11 +11,17 @@ def stale_report(status: dict[str, Any]) -> str:
         return "No derivatives cached yet."
     lines = []
     fresh = [e for e in entries if e["state"] == "fresh"]
-    waiting = [e for e in entries if e["state"] != "fresh"]
+    unbuilt = [e for e in entries if e["state"] == "unbuilt"]
+    waiting = [e for e in entries if e["state"] not in ("fresh", "unbuilt")]
     total = len(entries)
-    if not waiting:
+    if not waiting and not unbuilt:
         which = "The only derivative is" if total == 1 else f"All {total} derivatives are"
         lines.append(f"{which} fresh: checked against the current code and data just now.")
+    elif not waiting:
+        lines.append(
+            f"None of {total} derivatives is stale: {len(fresh)} fresh (checked just now), "
+            f"{len(unbuilt)} not built yet:"
+        )
     else:
         lines.append(
             f"{len(waiting)} of {total} derivatives will be rebuilt at their next call; "
@@ -28,6 +34,10 @@ def stale_report(status: dict[str, Any]) -> str:
             else:
                 why = "; ".join(r["text"] for r in e["reasons"]) or e["state"]
             lines.append(f"  {e['name']:<{width}}  {why}")
+    for e in unbuilt:
+        calls = e.get("calls_before_build", 0)
+        ran = f"{calls} call{'s' * (calls != 1)} so far, by plain autograd" if calls else "no call"
+        lines.append(f"  {e['name']}  not built yet ({ran}; built at a later call)")
     for e in entries:
         if e["fallback"]:
             lines.append(f"  note: {e['name']} runs its Python code on every call: {e['fallback']}")
