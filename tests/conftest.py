@@ -75,8 +75,18 @@ def compiles() -> Iterator[Any]:
 
 #: The suite builds a derivative at its first call (the default is its second: see
 #: ``IPyRefresh.build_at_call``), so that a scenario's first call is a build whose guard
-#: the change that follows must fail. ``tests/test_first_call.py`` runs the default.
+#: the change that follows must fail. ``tests/test_first_call.py`` runs the default. The
+#: in-process shell takes it from the fixtures below; kernels and terminal IPythons the
+#: tests start, from the profile in their IPython directory (:func:`write_suite_profile`).
 SUITE_CONFIG = {"build_at_call": 1}
+
+
+def write_suite_profile(ipython_dir: Path) -> None:
+    """The default profile of ``ipython_dir``, with :data:`SUITE_CONFIG`."""
+    profile = ipython_dir / "profile_default"
+    profile.mkdir(parents=True, exist_ok=True)
+    lines = [f"c.IPyRefresh.{name} = {value!r}" for name, value in SUITE_CONFIG.items()]
+    (profile / "ipython_config.py").write_text("\n".join(lines) + "\n")
 
 
 @pytest.fixture
@@ -166,6 +176,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     path = tempfile.mkdtemp(prefix="ipyrefresh-ipython-")
     os.environ["IPYTHONDIR"] = path
+    write_suite_profile(Path(path))
     # atexit runs last-registered first: after the shell's own exit hook writes its history.
     atexit.register(shutil.rmtree, path, True)
 

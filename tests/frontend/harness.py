@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from ..conftest import write_suite_profile
+
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts"
 CHROMIUM = "/usr/bin/chromium"
@@ -136,6 +138,7 @@ class Server:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        write_suite_profile(self.base / "ipython")
         env = {
             **os.environ,
             "JUPYTER_CONFIG_DIR": str(self.base / "config"),
