@@ -812,6 +812,39 @@ dh = {D}(f)
     sequence(anynb, code, "dh(0.5)", n=5)
 
 
+@pytest.mark.parametrize(
+    "changes",
+    [
+        "global calls\n    calls += 1",
+        "log.append(1)",
+        "defvjp(sq, lambda ans, x: lambda g: g * 2 * x)",
+    ],
+    ids=["global_counter", "list_append", "defvjp_inside"],
+)
+def test_what_the_function_changes_itself_does_not_rebuild_it(nb: Shell, changes: str) -> None:
+    """A function that changes what it reads runs plain autograd at every call; that
+    change, its own doing, must not send it to a new build at every call (a recording
+    costs several autograd calls), nor make status() call it stale."""
+    nb.run(
+        "from autograd.extend import primitive, defvjp\n"
+        "calls, log = 0, []\n"
+        "@primitive\ndef sq(x):\n    return x * x\n"
+        "defvjp(sq, lambda ans, x: lambda g: g * 2 * x)\n"
+        f"def f(x):\n    {changes}\n    return sq(x) * (calls + len(log) + 1.0)\n"
+        "df = grad(f)"
+    )
+    for k in range(4):  # a call per cell (the check after each cell sees the change)
+        if k:
+            assert nb.run("ipyrefresh.status()['entries'][0]['state']") == "fresh"
+        nb.run("_before = (calls, len(log))")
+        got = nb.run("df(0.5)")
+        # The oracle from the same state: what the handle's run changed, put back.
+        want = nb.run("calls = _before[0]\ndel log[_before[1]:]\nautograd.grad(f)(0.5)")
+        assert_same(got, want, f"call {k}")
+    nb.run("for _ in range(4):\n    _ = df(0.5)")
+    assert nb.run("ipyrefresh.status()['rebuilds']") == 0
+
+
 @pytest.mark.parametrize("tr", ["grad", "hessian", "value_and_grad"])
 def test_print_runs_every_call(anynb: Shell, capsys: Any, tr: str) -> None:
     anynb.run(
