@@ -194,11 +194,16 @@ _engines: list[Engine] = []
 
 
 def _engine() -> Engine:
+    """The engine of handles sent here. They build at their first call: tasks that carry
+    the same payload share a kept handle only once its build has shown that the function
+    does not run its code at every call (:func:`_runs_its_code`); a first call run as plain
+    autograd would show nothing, and every task would run plain autograd."""
+    from .config import IPyRefresh
     from .engine import Engine
 
     with _lock:
         if not _engines:
-            _engines.append(Engine())
+            _engines.append(Engine(IPyRefresh(build_at_call=1)))
         return _engines[0]
 
 
