@@ -55,6 +55,7 @@ def f(w):
 df = grad(f)
 w = onp.linspace(-1.0, 1.0, 3750)
 _ = df(w)
+_ = df(w)  # (built at its second call: see build_at_call)
 """
 
 
@@ -65,6 +66,7 @@ def many_setup(n: int) -> str:
         src.append(f"def f{i}(x):\n    return leaf{i}(x) * np.cos(x)")
     src.append(f"ds = [{', '.join(f'grad(f{i})' for i in range(n))}]")
     src.append("_ = [d(0.3) for d in ds]")
+    src.append("_ = [d(0.3) for d in ds]  # (built at their second call: see build_at_call)")
     return "\n".join(src)
 
 
@@ -259,7 +261,7 @@ def selective(report: Report, quick: bool) -> None:
         shell = fresh_shell()
         shell.run_line_magic("load_ext", "ipyrefresh")
         run(shell, many_setup(N))
-        run(shell, "_ = [d(0.3) for d in ds]")  # second calls: each tape compiled
+        run(shell, "_ = [d(0.3) for d in ds]")  # third calls: each tape compiled
         assert len(engine.cache) == N
         version = [0]
 
@@ -307,7 +309,7 @@ def selective(report: Report, quick: bool) -> None:
             t, answers = timed(clear, call_all)
             check_all(shell, answers, "after engine.clear()", report)
             times["clear"].append(t)
-            call_all()  # untimed: compile every tape again, the steady state
+            call_all()  # untimed: every entry built again (its second call), the steady state
 
             t, answers = timed(refresh_all, call_all)
             check_all(shell, answers, "after refresh(force=True)", report)
@@ -333,9 +335,11 @@ def selective(report: Report, quick: bool) -> None:
         baselines = (
             (
                 "clear",
-                f"`engine.clear()`, then the {N:,} handles (all rebuild at their call)",
-                "full rebuild, `engine.clear()`",
-                True,
+                f"`engine.clear()`, then the {N:,} handles (each runs plain autograd: a new "
+                "derivative is built at its second call)",
+                "`engine.clear()` (not a rebuild: each new derivative's first call runs "
+                "plain autograd)",
+                False,
             ),
             (
                 "refresh",
