@@ -127,3 +127,23 @@ def test_build_at_call_below_one_is_refused(ip: Shell) -> None:
     ip.run("%config IPyRefresh.build_at_call = 2")
     ip.run("%config IPyRefresh.build_at_call = 0")  # (IPython reports the TraitError)
     assert current().config.build_at_call == 2
+
+
+@pytest.mark.parametrize(
+    "draw", ["onp.random.standard_normal(2)", "rs.randn(2)", "gen.standard_normal(2)"]
+)
+def test_random_draws_across_the_plain_call_and_the_build(default: Shell, draw: str) -> None:
+    """The plain first call, the build at the second and the calls after draw from the
+    generator exactly as autograd's calls do, from the same seeds, one after another."""
+    ip = default
+    setup = (
+        "onp.random.seed(3)\nrs = onp.random.RandomState(4)\n"
+        "gen = onp.random.default_rng(5)\n"
+        f"def f(x):\n    return np.sum(x * {draw})\n"
+    )
+    ip.run("import numpy as onp\n" + setup + "df = grad(f)\nx = np.array([0.5, -1.0])")
+    mine = [ip.run("df(x)") for _ in range(4)]
+    ip.run(setup)
+    theirs = [ip.run("autograd.grad(f)(x)") for _ in range(4)]
+    assert all(onp.array_equal(a, b) for a, b in zip(mine, theirs, strict=True))
+    assert len({a.tobytes() for a in mine}) == 4  # (each call drew anew)
