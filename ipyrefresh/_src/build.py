@@ -30,7 +30,6 @@ from .changes import ChangeKind
 from .compilers.base import Compiler, Request, Variant
 from .entry import BuildInfo
 from .guard import Guard
-from .identity import SEEN
 from .nodes import MISSING, Function, Identity, Method, Mismatch, Node, Ref
 from .readers import FixedReader, TargetReader
 from .recorder import CallLog, record, recording_possible
@@ -133,7 +132,7 @@ def run_build(
                 # build again: what the function itself changes as it runs (a counter, a
                 # log) would send it to a new build at every call. (The guard then does not
                 # hold all it read: JAX's fallback traces afresh at every call.)
-                _drop_roots(guard, _changed_roots(before, fn, args, kwargs))
+                _drop_roots(guard, before.failing_roots(fn, args, kwargs))
                 guard.unguardable = guard.unguardable or why
             variant = compiler.fallback(request, guard, why)
             event = f"built; runs {variant.describe()}: {why}"
@@ -152,27 +151,6 @@ def run_build(
         return Outcome(result, traced.compile(guard), info, "built", raced)
     finally:
         guard.argument_arrays = []
-
-
-def _changed_roots(
-    before: Guard, fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-) -> set[str]:
-    """The labels of the roots of ``before`` (the walk before the run) that fail now.
-    (Outside any guard's check: this build may run inside one, whose list of objects
-    found must not be written to.)"""
-    out = set()
-    outer, SEEN.objs = SEEN.objs, None
-    try:
-        for reader, node in before.env:
-            try:
-                bad = node.check(reader.read(fn, args, kwargs))
-            except Exception:
-                bad = None  # (a read that raises now: kept, and checked at the next call)
-            if bad is not None:
-                out.add(node.label)
-    finally:
-        SEEN.objs = outer
-    return out
 
 
 def _drop_roots(guard: Guard, labels: set[str]) -> None:

@@ -70,6 +70,24 @@ class Guard:
         """Only the code and data (``deep=False``: without array contents)."""
         return self._compiled()[0](fn, (), {}, deep)
 
+    def failing_roots(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> set[str]:
+        """The labels of every root of the code and data that fails now (a root whose read
+        raises is left out: it is checked again at the next call). Not a check of the
+        identity relation, and outside any running check's list of objects found."""
+        out = set()
+        outer, SEEN.objs = SEEN.objs, None
+        try:
+            for reader, node in self.env:
+                try:
+                    bad = node.check(reader.read(fn, args, kwargs))
+                except Exception:
+                    bad = None
+                if bad is not None:
+                    out.add(node.label)
+        finally:
+            SEEN.objs = outer
+        return out
+
     def check_interpreted(
         self,
         fn: Any,
