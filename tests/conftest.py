@@ -78,7 +78,10 @@ def compiles() -> Iterator[Any]:
 #: the change that follows must fail. ``tests/test_first_call.py`` runs the default. The
 #: in-process shell takes it from the fixtures below; kernels and terminal IPythons the
 #: tests start, from the profile in their IPython directory (:func:`write_suite_profile`).
-SUITE_CONFIG = {"build_at_call": 1}
+#: A guard's first check runs node by node and the later ones compiled (the default
+#: compiles after ``IPyRefresh.compile_guard_after`` checks), so a scenario's changes
+#: meet both.
+SUITE_CONFIG = {"build_at_call": 1, "compile_guard_after": 1}
 
 
 def write_suite_profile(ipython_dir: Path) -> None:

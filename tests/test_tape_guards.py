@@ -866,7 +866,7 @@ def test_compiled_class_guards_agree_with_their_nodes(
         check(handle, 0.7)
     variant = handle.entries[0].variants[0]
     assert not variant.replays_python
-    source = variant.guard._compiled()[1].source.split("def full")[0]  # type: ignore[attr-defined]
+    source = variant.guard.compiled()[1].source.split("def full")[0]  # type: ignore[attr-defined]
     assert "_mro(" in source  # (generated, not delegated to the node)
     assert source.count("_class_keys(") == (1 if many else 2)  # (Model's, Base's)
     change(Model, Base)
@@ -950,3 +950,40 @@ def test_the_identity_relation_is_which_reads_are_one_object() -> None:
     assert full([a, a, b, a]) is None
     assert full([a, a, b, c]) is bad[3]
     assert full([c, c, b, c]) is None
+
+
+def test_a_guard_is_interpreted_for_its_first_checks_then_compiled(ip: Shell) -> None:
+    """Both ways of checking a guard see every kind of change: a change right after a
+    build meets the node-by-node check, one after a run of unchanged calls the compiled
+    one (``IPyRefresh.compile_guard_after``). The oracle is autograd of the objects now."""
+    ip.run("%config IPyRefresh.compile_guard_after = 3")
+    ip.run(
+        "class Cfg:\n    s = 1.5\ncfg = Cfg()\na = 2.0\nW = np.array([1.0, 2.0, 3.0])\n"
+        "def g(x):\n    return np.sin(x) * a\n"
+        "def h(x):\n    return np.sum(g(x) * W) * cfg.s"
+    )
+    ip.run("dh = grad(h)")
+    x = onp.array([0.3, -0.2, 0.9])
+    ip.ns["x"] = x
+    changes = [  # (each round changes to values of its own)
+        "a = {v}",
+        "W[1] = -{v}",
+        "Wv = W[::2]\nWv[0] = {v}",
+        "cfg.s = {v}",
+        "def g(x):\n    return np.cos(x) * a * x ** {v}",
+        "def set_a(v):\n    global a\n    a = v\nset_a(-{v})",
+    ]
+    seen = {False: 0, True: 0}  # changes met by an interpreted / a compiled guard
+    for k, change in enumerate(changes * 2):
+        unchanged_calls = 0 if k < len(changes) else 4
+        for _ in range(unchanged_calls + 1):
+            check(ip.ns["dh"], x)
+        (entry,) = ip.ns["dh"].entries
+        compiled = entry.variants[0].guard.is_compiled
+        assert compiled == (unchanged_calls >= 3), (change, unchanged_calls)
+        builds = ipyrefresh.status(check=False)["builds"]
+        ip.run(change.format(v=k + 2))
+        check(ip.ns["dh"], x)
+        assert ipyrefresh.status(check=False)["builds"] == builds + 1, change
+        seen[compiled] += 1
+    assert seen == {False: len(changes), True: len(changes)}

@@ -50,6 +50,14 @@ class IPyRefresh(Configurable):
         "that is called again. 1 builds at the first call.",
     ).tag(config=True)
 
+    compile_guard_after = Int(
+        100,
+        help="How many checks of a build's guard (one at each call) run node by node before "
+        "the guard is compiled to straight-line code. Compiling costs about what a few "
+        "hundred checks save: a derivative called a few times never pays for it. 0 "
+        "compiles at the first check.",
+    ).tag(config=True)
+
     verbose = Bool(False, help="Print a line whenever a derivative is rebuilt.").tag(config=True)
 
     @validate("backend")
@@ -72,4 +80,10 @@ class IPyRefresh(Configurable):
     def _check_build_at_call(self, proposal: dict[str, Any]) -> int:
         if proposal["value"] < 1:
             raise TraitError("build_at_call must be at least 1 (the first call)")
+        return int(proposal["value"])
+
+    @validate("compile_guard_after")
+    def _check_compile_guard_after(self, proposal: dict[str, Any]) -> int:
+        if proposal["value"] < 0:
+            raise TraitError("compile_guard_after must be 0 (compile at once) or more")
         return int(proposal["value"])

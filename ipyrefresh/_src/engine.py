@@ -347,6 +347,7 @@ class Engine:
         return outcome.result
 
     def _install(self, entry: Entry, outcome: Outcome, stale: bool, why: str) -> None:
+        outcome.variant.guard.interpret = self.config.compile_guard_after
         if stale:
             self.stats["builds"] += 1
             rebuilt = entry.builds > 0

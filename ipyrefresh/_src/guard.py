@@ -1,7 +1,8 @@
 """A guard: everything one build read, checked before its artifact answers a call.
 
-Built by the walk (``snapshot.Walker``), compiled to straight-line code on first use
-(``guardgen``), checked at every call of the derivative (``handles``, ``engine``).
+Built by the walk (``snapshot.Walker``), checked at every call of the derivative
+(``handles``, ``engine``): node by node for its first checks, then as straight-line code
+(``guardgen``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ class Guard:
     #: Which of the reads that cannot be checked as the very objects were one object
     #: (see ``identity.py``).
     relation: Relation | None = None
+    #: Checks still to run node by node before the guard is compiled (set from
+    #: ``IPyRefresh.compile_guard_after`` when a build is installed). Compiling costs as
+    #: much as a few hundred interpreted checks save, and most derivatives are called
+    #: fewer times than that. Both give the same verdict (the suites check it).
+    interpret: int = 0
     _checks: tuple[Check, Check] | None = None
 
     def add(self, roots: list[tuple[Reader, Node]]) -> None:
@@ -46,13 +52,25 @@ class Guard:
         self.env += roots
         self._checks = None
 
-    def _compiled(self) -> tuple[Check, Check]:
+    def compiled(self) -> tuple[Check, Check]:
+        """The guard as straight-line code (compiled now if it was not yet)."""
         checks = self._checks
         if checks is None:
             from .guardgen import compile_guard
 
             checks = self._checks = compile_guard(self.env, self.args, self.identity_checks())
         return checks
+
+    @property
+    def is_compiled(self) -> bool:
+        return self._checks is not None
+
+    def _tier(self) -> tuple[Check, Check] | None:
+        """The compiled checks, or None while the guard is still interpreted."""
+        if self._checks is None and self.interpret > 0:
+            self.interpret -= 1
+            return None
+        return self.compiled()
 
     def identity_checks(self) -> tuple[IdentityCheck, IdentityCheck] | None:
         """The identity relation's checks of the code and data, and of everything (the
@@ -64,11 +82,17 @@ class Guard:
 
     def check(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Mismatch | None:
         """Code, data and arguments, array contents included: may this build answer?"""
-        return self._compiled()[1](fn, args, kwargs, True)
+        checks = self._tier()
+        if checks is None:
+            return self.check_interpreted(fn, args, kwargs)
+        return checks[1](fn, args, kwargs, True)
 
     def check_env(self, fn: Any, deep: bool = True) -> Mismatch | None:
         """Only the code and data (``deep=False``: without array contents)."""
-        return self._compiled()[0](fn, (), {}, deep)
+        checks = self._tier()
+        if checks is None:
+            return self.check_interpreted(fn, (), {}, deep, env_only=True)
+        return checks[0](fn, (), {}, deep)
 
     def failing_roots(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> set[str]:
         """The labels of every root of the code and data that fails now (a root whose read

@@ -489,7 +489,7 @@ def compile_guard(
     env_check, full_check = e.ns["env"], e.ns["full"]
     n = next(_names)
     env_check.__qualname__, full_check.__qualname__ = f"env_{n}", f"full_{n}"
-    full_check.source = source  # for reading it when debugging: guard._compiled()[1].source
+    full_check.source = source  # for reading it when debugging: guard.compiled()[1].source
     return env_check, full_check
 
 
