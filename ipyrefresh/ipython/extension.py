@@ -58,6 +58,14 @@ class Extension:
         # attribute of this shell only, put back at unload).
         self._wrapped_reset = vars(shell).get("reset")
         shell.reset = self._reset
+        try:
+            # The tape reads autograd's own rules once per process (~20 ms): now, not at
+            # the first replay, in the middle of the user's computation.
+            from .._src.compilers.tape.adjoints import warm
+
+            warm()
+        except Exception as exc:
+            self.engine.internal_error("reading autograd's rules", exc)
 
     def _reset(self, *args: Any, **kwargs: Any) -> Any:
         """``%reset``: the shell forgets the user's names, and the cache what it held
