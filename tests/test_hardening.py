@@ -178,6 +178,60 @@ def test_mocks_that_claim_every_attribute(ip: Any, tmp_path: Any, monkeypatch: A
     assert set(mod.spy._mock_children) == set()
 
 
+PROXIES = """
+import numpy as onp
+class Proxy:  # the pattern of wrapt.ObjectProxy, lazy-object-proxy, SimpleLazyObject
+    def __init__(self, wrapped):
+        object.__setattr__(self, "_w", wrapped)
+    @property
+    def __class__(self):
+        return type(object.__getattribute__(self, "_w"))
+    def __getattr__(self, name):
+        return getattr(object.__getattribute__(self, "_w"), name)
+    def __array__(self, dtype=None, copy=None):
+        return onp.asarray(object.__getattribute__(self, "_w"))
+    def __float__(self):
+        return float(object.__getattribute__(self, "_w"))
+STORE = {"scale": 2.0}
+class Config:  # every attribute served from a dict: no __class__, no __dict__
+    def __getattribute__(self, name):
+        return STORE[name]
+W = onp.array([1.0, 2.0, 3.0])
+PW, PS, cfg = Proxy(W), Proxy(2.5), Config()
+def fa(x):
+    return np.sum(np.sin(x) * onp.asarray(PW))
+def fs(x):
+    return np.sin(x) * float(PS)
+def fc(x):
+    return np.sin(x) * cfg.scale
+"""
+
+
+def test_objects_that_refuse_to_be_read_run_autograd(
+    ip: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A proxy whose ``__class__`` names the wrapped type, and an object whose own
+    ``__getattribute__`` serves only the names the code reads, made the guard walk raise:
+    every call from the build on raised where autograd answers (hunt 35). Now the entry
+    runs plain autograd, says why, and counts the failure as an internal error."""
+    ip.run(PROXIES)
+    x = __import__("numpy").array([0.1, 0.2, 0.3])
+    ip.ns["x"] = x
+    for name in ("fa", "fs", "fc"):
+        ip.run(f"d{name} = grad({name})")
+    for cell in ("", "W[1] = 7.0", "STORE['scale'] = -1.5", "PS = Proxy(0.5)"):
+        ip.run(cell)
+        for _ in range(3):
+            for name, arg in (("fa", x), ("fs", 0.3), ("fc", 0.3)):
+                got = ip.run(f"d{name}({'x' if arg is x else arg})")
+                assert __import__("numpy").array_equal(got, fresh(ip, name, arg)), (cell, name)
+    status = ipyrefresh.status()
+    assert status["internal_errors"] >= 3
+    notes = {e["name"]: e["fallback"] for e in status["entries"]}
+    assert all("failed to read" in notes[f"grad({n})"] for n in ("fa", "fs", "fc")), notes
+    assert "internal error while reading what grad(fc) reads" in capsys.readouterr().err
+
+
 # -- recursion -------------------------------------------------------------------------------
 def test_recursive_functions(ip: Any) -> None:
     ip.run(

@@ -51,6 +51,18 @@ class Outcome:
     #: What another thread changed after the run read it and before the guard was made:
     #: the guard holds the new value and the variant the old, so it must not answer again.
     raced: Mismatch | None = None
+    #: ipyrefresh's own failure to read what the function reads (an object whose
+    #: ``__class__`` or ``__getattribute__`` is its own): the variant runs the code, and
+    #: the engine counts the failure.
+    failure: Exception | None = None
+
+
+@dataclass
+class _Walked:
+    guard: Guard
+    #: Why the guard cannot hold all the function reads ("" if it can).
+    unguardable: str = ""
+    failure: Exception | None = None
 
 
 def check_differentiable(fn: Any, label: str) -> None:
@@ -78,7 +90,8 @@ def run_build(
         why = "" if not compiler.needs_guard else "called inside another autograd computation"
         variant = compiler.fallback(request, Guard(), why)
         return Outcome(traced.answer(), variant, BuildInfo(note=why), "built")
-    before, before_error = _walk(fn, label, request, args, kwargs, None)
+    walked = _walk(fn, label, request, args, kwargs, None)
+    before, before_error = walked.guard, walked.unguardable
     rngs = [("numpy.random", _GLOBAL_RNG), ("random", _PY_RANDOM), *before.rngs]
     states = [_rng_state(g) for _, g in rngs]
     with record() as log:
@@ -94,7 +107,9 @@ def run_build(
         if changed is not None:
             effects.append(f"changes {changed.subject} while it runs")
     effects += _stores(log)
-    guard, unguardable = _walk(fn, label, request, args, kwargs, log)
+    after = _walk(fn, label, request, args, kwargs, log)
+    guard, unguardable = after.guard, after.unguardable
+    failure = walked.failure or after.failure
     # The run is over and the first check held: a change now is another thread's, made
     # while the guard was walked (which then took the new value).
     raced = None if before_error or changed else before.check_interpreted(fn, args, kwargs)
@@ -136,7 +151,7 @@ def run_build(
                 guard.unguardable = guard.unguardable or why
             variant = compiler.fallback(request, guard, why)
             event = f"built; runs {variant.describe()}: {why}"
-            return Outcome(result, variant, info, event, raced)
+            return Outcome(result, variant, info, event, raced, failure)
         # What it read of the generators it reached (``RS.get_state()``, a
         # ``bit_generator.state``) changes whenever anyone draws: a replay holds while
         # their states are those of the run (it drew from none of them, or it would not
@@ -182,7 +197,7 @@ def _walk(
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     log: CallLog | None,
-) -> tuple[Guard, str]:
+) -> _Walked:
     """The guard of everything ``fn`` reaches (and, with a log, everything that ran)."""
     guard = Guard()
     walker = Walker(guard)
@@ -200,17 +215,27 @@ def _walk(
             _dynamic(walker, log)
         walker.finish()
     except Unguardable as exc:
-        guard.unguardable = str(exc)
-        # The walk stopped part-way, perhaps before the function itself was a root: its
-        # redefinition must still send it to a new build (which may need no fallback).
-        code = _code_node(fn, label)
-        if code is not None:
-            guard.add([(TargetReader(), code)])
-        return guard, str(exc)
+        return _stopped(guard, fn, label, str(exc))
     except RecursionError:
-        guard.unguardable = "what it reads is nested too deeply to check"
-        return guard, guard.unguardable
-    return guard, ""
+        return _stopped(guard, fn, label, "what it reads is nested too deeply to check")
+    except Exception as exc:
+        # Reading an object ran code of the user's that refused (a proxy's ``__class__``,
+        # an ``__getattribute__`` serving only the names the function reads).
+        why = f"ipyrefresh failed to read what it reads ({type(exc).__name__}: {exc})"
+        return _stopped(guard, fn, label, why, exc)
+    return _Walked(guard)
+
+
+def _stopped(
+    guard: Guard, fn: Any, label: str, why: str, failure: Exception | None = None
+) -> _Walked:
+    """The walk stopped part-way, perhaps before the function itself was a root: its
+    redefinition must still send it to a new build (which may need no fallback)."""
+    guard.unguardable = why
+    code = _code_node(fn, label)
+    if code is not None:
+        guard.add([(TargetReader(), code)])
+    return _Walked(guard, why, failure)
 
 
 def _code_node(fn: Any, label: str) -> Node | None:

@@ -348,6 +348,8 @@ class Engine:
 
     def _install(self, entry: Entry, outcome: Outcome, stale: bool, why: str) -> None:
         outcome.variant.guard.interpret = self.config.compile_guard_after
+        if outcome.failure is not None:
+            self.internal_error(f"reading what {entry.name} reads", outcome.failure)
         if stale:
             self.stats["builds"] += 1
             rebuilt = entry.builds > 0
