@@ -264,9 +264,40 @@ def test_runaway_recursion_is_an_error_and_then_recovers(ip: Any) -> None:
     ip.run("def f(x):\n    return f(x) + 1.0\ndf = grad(f)")
     err = ip.run_error("df(1.0)")
     assert isinstance(err, RecursionError)
-    assert states() == {"grad(f)": "failed"}
+    assert states() == {}  # (its first call raised: nothing was cached, nothing is listed)
     ip.run("def f(x):\n    return x ** 3\nr = df(2.0)")
     assert ip.ns["r"] == 12.0 and states() == {"grad(f)": "fresh"}
+    ip.run("def f(x):\n    return f(x) + 1.0")
+    err = ip.run_error("df(1.0)")
+    assert isinstance(err, RecursionError)
+    assert states() == {"grad(f)": "failed"}  # (a rebuild of what answered before)
+
+
+@pytest.mark.parametrize("build_at_call", [1, 2])
+def test_a_call_that_raises_leaves_nothing_listed(
+    ip: Any, build_at_call: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistaken call (a typo's wrong arity, a string) raises autograd's error and
+    caches nothing: it used to leave an entry for that signature that %stale listed as
+    stale for ever, and %refresh could not clear (hunt 35)."""
+    ip.run(f"%config IPyRefresh.build_at_call = {build_at_call}")
+    ip.run("import autograd\ndef f(x):\n    return np.sin(x) * x\ndf = grad(f)")
+    for bad in ["0.3, 1.0", "'a'"] * 2:
+        got = ip.run_error(f"df({bad})")
+        want = ip.run_error(f"autograd.grad(f)({bad})")
+        assert (type(got), str(got)) == (type(want), str(want)), bad
+    for _ in range(3):
+        assert ip.run("df(0.3)") == fresh(ip, "f", 0.3)
+    status = ipyrefresh.status()
+    assert (status["entries_total"], status["fresh"], status["stale"], status["failed"]) == (
+        1,
+        1,
+        0,
+        0,
+    )
+    capsys.readouterr()
+    ip.run("%stale")
+    assert capsys.readouterr().out.startswith("The only derivative is fresh")
 
 
 # -- what cannot be differentiated -------------------------------------------------------------

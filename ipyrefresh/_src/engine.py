@@ -282,11 +282,23 @@ class Engine:
         autograd). A derivative called once costs what autograd costs; the build, worth
         several runs, is paid by one that is called again (at that call)."""
         check_differentiable(fn, entry.target.label)
-        self.stats["calls_before_build"] += 1
         why = f"a derivative is built at its call {self.config.build_at_call}"
         compiler = compilers.get(entry.key.backend)
+        try:
+            answer = compiler.fallback(entry.request, Guard(), why).run(fn, args, kwargs)
+        except BaseException:
+            self._forget_unanswered(entry)
+            raise
+        self.stats["calls_before_build"] += 1
         entry.ran_before_build("ran the code: " + why)
-        return compiler.fallback(entry.request, Guard(), why).run(fn, args, kwargs)
+        return answer
+
+    def _forget_unanswered(self, entry: Entry) -> None:
+        """A call of a new entry raised (the user's code did, for these arguments: a
+        typo's wrong arity, a string): nothing was cached, and nothing should be listed
+        as stale or failed for a derivative no call can reach again."""
+        if not entry.answered:
+            self.cache.remove(entry)
 
     def _try(
         self, entry: Entry, variant: Variant, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -320,9 +332,11 @@ class Engine:
         except BaseException as exc:
             # The user's code raised for these arguments. A new path of a fresh entry
             # failing leaves the paths it has valid (they answer other arguments).
-            if stale:
+            if stale and entry.answered:
                 entry.fail(describe_error(exc))
                 self._notify()
+            elif stale:
+                self._forget_unanswered(entry)
             raise
         self._install(entry, outcome, stale, why)
         if outcome.raced is not None:

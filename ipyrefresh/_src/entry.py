@@ -106,6 +106,11 @@ class Entry:
         return f"{key.transform.value}({self.target.label}{argnum})"
 
     @property
+    def answered(self) -> bool:
+        """It answered a call once (a build, or the code run before its build)."""
+        return self.builds > 0 or self.calls_before_build > 0
+
+    @property
     def rebuilds(self) -> int:
         return max(self.builds - 1, 0)
 
