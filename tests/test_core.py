@@ -122,6 +122,9 @@ def test_grad_magic_transforms(ip: Shell) -> None:
         ("%grad [(yield)](1.0)", "'yield' outside function"),
         ("%grad h(a, x=1.0, x=2.0)", "keyword argument repeated: x"),
         ("%grad h(a, x=1.0, **{'x': 2.0})", "keyword argument repeated: x"),
+        # (hunt 35: the last flag used to win, silently)
+        ("%grad --hessian --jacobian h(1.0)", "--hessian and --jacobian ask for different"),
+        ("%grad --value --elementwise h(1.0)", "--value and --elementwise ask for different"),
     ],
 )
 def test_grad_magic_errors_are_one_line(
@@ -145,6 +148,28 @@ def test_grad_magic_errors_are_one_line(
     assert after == {k: v for k, v in before.items() if not k.startswith("_")}
     # And the shell keeps working.
     assert ip.run("%grad h(1.0)") == 2.0
+
+
+def test_the_other_magics_refuse_what_they_cannot_mean(
+    ip: Shell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Arguments a magic would ignore, or answer beside the point (hunt 35)."""
+    ip.run("def g(x): return np.sin(x)\ndef f(x): return g(x) ** 2\ndf = grad(f)")
+    ip.run("df(0.3)")
+    ip.run("def g(x): return np.cos(x)")  # df is stale now
+    assert "unrecognized arguments: --bogus" in str(ip.run_error("%stale --bogus"))
+    assert "unrecognized arguments: f" in str(ip.run_error("%stale f"))
+    assert "--text or --svg, not both" in str(ip.run_error("%callgraph f --text --svg"))
+    capsys.readouterr()
+    ip.run("%refresh nosuchname")
+    assert capsys.readouterr().out == (
+        "Nothing to refresh: no cached derivative depends on 'nosuchname'.\n"
+    )
+    error = ip.run_error("%callgraph len")  # a builtin: defined, never differentiated
+    assert "no derivative of 'len' has been computed" in str(error)
+    ip.run("%refresh g")
+    assert capsys.readouterr().out.startswith("Refresh: rebuilt 1")
+    assert ip.run("df(0.3)") == autograd.grad(ip.ns["f"])(0.3)
 
 
 def test_data_globals_inplace_arrays_and_containers(ip: Shell) -> None:

@@ -530,12 +530,13 @@ class Engine:
         rebuild at their next call. ``eager`` (after a cell, unasked) skips functions whose
         last build had effects (they would print, draw or count behind the user's back).
         Either way the global random generators are put back as they were."""
-        report: dict[str, Any] = {"rebuilt": [], "pending": [], "failed": []}
+        report: dict[str, Any] = {"rebuilt": [], "pending": [], "failed": [], "matched": 0}
         with self.lock:
             self.sweep(deep=True, detection=Detection.ON_REQUEST)
             for entry in self.cache:
                 if name is not None and not mentions(entry, name):
                     continue
+                report["matched"] += 1
                 if eager and (entry.info.note or entry.builds == 0):
                     continue
                 if entry.state is State.UNBUILT:

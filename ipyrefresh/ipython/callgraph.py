@@ -15,6 +15,7 @@ resolves and installs nothing.)
 
 from __future__ import annotations
 
+import builtins
 import io
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -247,7 +248,7 @@ def views_for(engine: Engine, name: str, ns: dict[str, Any] | None) -> list[Grap
     else:
         entries = [e for e in engine.cache if e.target.label == name]
     if not entries:
-        if ns is not None and name not in ns:
+        if ns is not None and name not in ns and not hasattr(builtins, name):
             raise CallgraphError(f"name {name!r} is not defined")
         raise CallgraphError(
             f"no derivative of {name!r} has been computed yet; call grad({name})(...) "

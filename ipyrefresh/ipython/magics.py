@@ -60,10 +60,10 @@ class IPyRefreshMagics(Magics):
 
     @magic_arguments()
     @argument("-a", "--argnum", default="0", help="the argument to differentiate: 1, or 0,1")
-    @argument("--hessian", dest="transform", action="store_const", const="hessian")
-    @argument("--jacobian", dest="transform", action="store_const", const="jacobian")
-    @argument("--value", dest="transform", action="store_const", const="value_and_grad")
-    @argument("--elementwise", dest="transform", action="store_const", const="elementwise_grad")
+    @argument("--hessian", action="store_true", help="the Hessian (one of these four)")
+    @argument("--jacobian", action="store_true", help="the Jacobian")
+    @argument("--value", action="store_true", help="value_and_grad: the value and the gradient")
+    @argument("--elementwise", action="store_true", help="elementwise_grad")
     @argument("-v", "--verbose", action="store_true", help="say how the answer was computed")
     @argument("--backend", default=None, help="tape, autograd or jax")
     @argument("call", nargs="*", help="the call to differentiate, e.g. f(1.0, 2.0)")
@@ -95,10 +95,12 @@ class IPyRefreshMagics(Magics):
                 print(f"{entry.name} [{entry.key.backend}]: {entry.last_event}; runs {runs}")
         return result
 
+    @magic_arguments()
     @line_magic
     def stale(self, line: str) -> None:
         """Which cached derivatives would be rebuilt at their next call, and why
-        (every guard is checked now, array contents included)."""
+        (every guard is checked now, array contents included): ``%stale``."""
+        _parse("stale", line)
         print(stale_report(self.engine.status(check=True)))
 
     @magic_arguments()
@@ -110,6 +112,9 @@ class IPyRefreshMagics(Magics):
         opts = _parse("refresh", line)
         report = self.engine.refresh(opts.name, force=opts.all)
         rebuilt, pending, failed = report["rebuilt"], report["pending"], report["failed"]
+        if opts.name is not None and not report["matched"]:
+            print(f"Nothing to refresh: no cached derivative depends on {opts.name!r}.")
+            return
         if not (rebuilt or pending or failed):
             print("Nothing to refresh: no derivative is stale.")
             return
@@ -132,11 +137,22 @@ class IPyRefreshMagics(Magics):
         from .callgraph import CallgraphError, run
 
         opts = _parse("callgraph", line)
+        if opts.text and opts.svg:
+            raise UsageError("%callgraph: --text or --svg, not both")
         form = "text" if opts.text else "svg" if opts.svg else "auto"
         try:
             run(self.shell, self.engine, opts.name, form)
         except CallgraphError as exc:
             raise UsageError(f"%callgraph: {exc}") from None
+
+
+#: ``%grad``'s flags for the other derivatives (the gradient is the default).
+_TRANSFORM_FLAGS = {
+    "hessian": "hessian",
+    "jacobian": "jacobian",
+    "value": "value_and_grad",
+    "elementwise": "elementwise_grad",
+}
 
 
 @dataclass(frozen=True)
@@ -154,10 +170,14 @@ def parse_grad_line(line: str) -> GradRequest:
     """Parse a ``%grad`` line (``UsageError`` for bad options, ``GradLineError`` else)."""
     options, expr = split_options(line)
     opts = _parse("grad", options)
+    chosen = [flag for flag in _TRANSFORM_FLAGS if getattr(opts, flag)]
+    if len(chosen) > 1:
+        flags = " and ".join(f"--{flag}" for flag in chosen)
+        raise UsageError(f"%grad: {flags} ask for different derivatives: choose one")
     if not expr:
         raise GradLineError("nothing to differentiate: %grad [options] f(args)")
     return GradRequest(
-        Transform(opts.transform or "grad"),
+        Transform(_TRANSFORM_FLAGS[chosen[0]] if chosen else "grad"),
         parse_argnum(opts.argnum),
         _backend(opts.backend),
         bool(opts.verbose),
