@@ -172,6 +172,24 @@ def test_the_other_magics_refuse_what_they_cannot_mean(
     assert ip.run("df(0.3)") == autograd.grad(ip.ns["f"])(0.3)
 
 
+def test_an_object_given_another_class_in_place_is_named_so(ip: Shell) -> None:
+    """``o.__class__ = B`` keeps the object: the reason says its class changed, not that
+    ``o`` was rebound (hunt 35), both before and after the guard is compiled."""
+    ip.run(
+        "class A:\n    def w(self): return 2.0\nclass B:\n    def w(self): return 5.0\n"
+        "class C:\n    def w(self): return -1.0\n"
+        "o = A()\ndef f(x): return np.sin(x) * o.w()\ndf = grad(f)"
+    )
+    for calls, new_class in ((0, "B"), (3, "C"), (0, "A"), (3, "B")):
+        for _ in range(calls + 1):  # (the second check onwards is compiled in the suite)
+            ip.run("df(0.3)")
+        ip.run(f"o.__class__ = {new_class}")
+        assert reasons("grad(f)").startswith("o class changed"), new_class
+        assert ip.run("df(0.3)") == autograd.grad(ip.ns["f"])(0.3)
+    ip.run("o = C()")
+    assert reasons("grad(f)").startswith("o rebound")
+
+
 def test_data_globals_inplace_arrays_and_containers(ip: Shell) -> None:
     ip.run("w = np.array([1.0, 2.0, 3.0])")
     ip.run("def loss(x): return np.sum(w * x ** 2)")

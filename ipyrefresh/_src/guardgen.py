@@ -337,10 +337,12 @@ def _instance(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     assert isinstance(node, Instance)
     if node.slots:
         return e.delegate(node, v, arg)
-    cond = f"_type({v}) is not {e.const(node.cls)}()"
-    if node.ref is not None:
-        cond += f" or {v} is not {e.const(node.ref)}()"
-    e.fail(cond, e.node_fail(node, v, arg))
+    other_class = f"_type({v}) is not {e.const(node.cls)}()"
+    if node.ref is None:
+        e.fail(other_class, e.node_fail(node, v, arg))
+    else:
+        e.fail(f"{v} is not {e.const(node.ref)}()", e.node_fail(node, v, arg))
+        e.fail(other_class, e.mismatch(node, ChangeKind.CLASS_CHANGED, arg))
     if node.attrs is not None:
         w = e.var()
         e.line(f"{w} = {e.const(node.dict_descr)}.__get__({v})")

@@ -793,8 +793,11 @@ class Instance(Node):
         self.slots = slots
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
-        if type(value) is not self.cls() or (self.ref is not None and value is not self.ref()):
+        ref = self.ref
+        if ref is not None and value is not ref():
             return self.fail(value)
+        if type(value) is not self.cls():  # (the same object: ``o.__class__ = B``)
+            return self.fail(value, None if ref is None else ChangeKind.CLASS_CHANGED)
         if self.attrs is not None:
             bad = self.attrs.check(self.dict_descr.__get__(value), deep)
             if bad is not None:
