@@ -1734,6 +1734,27 @@ def test_rank_promotion_setting_changed_part_way(jp: Shell) -> None:
         jax.config.update("jax_numpy_rank_promotion", "allow")
 
 
+def test_a_setting_updated_to_an_equal_value_is_not_a_change(jp: Shell) -> None:
+    """The settings are compared as one read: the very same values pass at once, an equal
+    one (a string built anew) by value, and only a real change rebuilds."""
+    jp.run("M = onp.ones((2, 3))\ndef h(x): return jnp.sum(jnp.sin(x) * 2.0)\ndh = rj.grad(h)")
+    grad_check(jp, "dh", "h")
+    builds = ipyrefresh.status()["builds"]
+    try:
+        jp.run("jax.config.update('jax_numpy_rank_promotion', ''.join(['al', 'low']))")
+        assert {e["state"] for e in status_of(jp, "dh")} == {"fresh"}
+        grad_check(jp, "dh", "h")
+        assert ipyrefresh.status()["builds"] == builds
+        jp.run("jax.config.update('jax_numpy_rank_promotion', 'warn')")
+        (entry,) = status_of(jp, "dh")
+        (reason,) = [r["text"] for r in entry["reasons"]]
+        assert reason.startswith("jax.config.jax_numpy_rank_promotion rebound"), reason
+        grad_check(jp, "dh", "h")
+        assert ipyrefresh.status()["builds"] == builds + 1
+    finally:
+        jax.config.update("jax_numpy_rank_promotion", "allow")
+
+
 def test_handle_on_a_partial(jp: Shell) -> None:
     jp.run("c = 2.0\ndef f(x, scale): return jnp.sum(c * scale * jnp.sin(x))")
     jp.run("pf = functools.partial(f, scale=3.0)\ndpf = rj.grad(pf)")
@@ -2381,7 +2402,10 @@ def test_jax_settings_turned_on_after_a_build(
     old = getattr(jax.config, setting)
     try:
         jax.config.update(setting, value)
-        assert {e["state"] for e in status_of(jp, "df")} == {"stale"}
+        entries = status_of(jp, "df")
+        assert {e["state"] for e in entries} == {"stale"}
+        named = [r["text"] for e in entries for r in e["reasons"]]
+        assert all(f"jax.config.{setting} rebound" in text for text in named), named
         for _ in range(2):
             mine, theirs = jp.run_error(call), jp.run_error(oracle)
             assert type(mine) is type(theirs), (mine, theirs)

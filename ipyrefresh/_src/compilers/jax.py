@@ -33,6 +33,7 @@ import enum
 import functools
 import inspect
 import itertools
+import operator
 import threading
 from collections.abc import Callable
 from types import FunctionType
@@ -44,11 +45,12 @@ import numpy as np
 from jax._src import tree_util as _jax_tree_util
 from jax._src.array import ArrayImpl as _ArrayImpl
 
+from ..changes import ChangeKind
 from ..code import unread_arguments
 from ..digest import array_digest
 from ..guard import Guard
 from ..keys import Transform
-from ..nodes import MISSING, NUMPY_SCALAR_TYPES, Scalar, is_key
+from ..nodes import MISSING, NUMPY_SCALAR_TYPES, Mismatch, Node, Scalar, is_key, same_scalar
 from ..readers import ArgReader, FixedReader, Reader
 from ..snapshot import Unguardable, Walker
 from .base import Miss, PythonVariant, Request, Traced, Variant
@@ -207,20 +209,53 @@ def _convert_without_cache() -> None:
 def _setting(name: str) -> tuple[Any]:
     """A setting's value, in a one-tuple (a fixed reader's None means its object is gone);
     an enum's (``LegacyPrngKeyState.ALLOW``) as its value."""
-    value = getattr(jax.config, name)
-    return (value.value if isinstance(value, enum.Enum) else value,)
+    return (_plain(getattr(jax.config, name)),)
+
+
+class _Settings(Node):
+    """The JAX settings a trace depends on (a dozen, read at every call of a handle), read
+    in one call: the very same values, or equal ones (each compared as :func:`_setting`
+    gives it); a change names its setting."""
+
+    __slots__ = ("names", "values")
+
+    def __init__(self, names: tuple[str, ...], values: tuple[Any, ...]) -> None:
+        super().__init__("jax.config")
+        self.names = names
+        self.values = values
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        values = self.values
+        if type(value) is not tuple or len(value) != len(values):
+            return Mismatch(self.label, ChangeKind.REBOUND)
+        if all(map(operator.is_, value, values)):
+            return None
+        for name, now, then in zip(self.names, value, values, strict=True):
+            if not same_scalar(_plain(now), _plain(then)):
+                return Mismatch(f"jax.config.{name}", ChangeKind.REBOUND)
+        return None
+
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, enum.Enum) else value
 
 
 def _config_guard() -> list[Any]:
     """Guards on the JAX settings a trace depends on (x64 turned on mid-notebook)."""
-    out = []
-    for name in _CONFIG:
-        if not hasattr(jax.config, name):
-            continue  # (a setting of another JAX release)
-        value = _setting(name)
-        if is_key(value):
+    out: list[Any] = []
+    names = tuple(
+        name
+        for name in _CONFIG
+        if hasattr(jax.config, name)  # (a setting of another JAX release)
+        and is_key(_setting(name))
+    )
+    if len(names) > 1:
+        read = functools.partial(operator.attrgetter(*names), jax.config)
+        out.append((FixedReader(read), _Settings(names, read())))
+    else:
+        for name in names:
             reader = FixedReader(functools.partial(_setting, name))
-            out.append((reader, Scalar(f"jax.config.{name}", value)))
+            out.append((reader, Scalar(f"jax.config.{name}", _setting(name))))
     # The pytree classes JAX knows: registering one (``register_pytree_node``,
     # ``register_static``, ``register_dataclass``) changes how a traced value flattens,
     # in JAX's C registry, with no Python-level change a guard could see. JAX's Python
