@@ -427,3 +427,28 @@ def test_garbage_collection_callbacks_are_not_the_functions_effects(engine: Any)
         assert entry.info.note == ""  # compiled: no effect was recorded
     finally:
         gc.callbacks.remove(timed)
+
+
+def test_a_function_that_changes_what_its_first_walk_could_not_read(ip: Any) -> None:
+    """The walk before a build's run stopped (a list over the walk's limit, a lazy object
+    that cannot say its class before its first use) and the walk after it did not: the
+    run changed what it reads, and the check that finds such changes had nothing to
+    compare with. A tape was compiled that baked in ``D['k']`` and never counted it up
+    (hunt 36). It runs autograd now, as a function that changes what it reads does."""
+    ip.run(
+        "D = {'k': 1.0}\nPENDING = []\n"
+        "class Lazy:\n    def __init__(self):\n        self.loaded = False\n"
+        "    @property\n    def __class__(self):\n"
+        "        if not self.loaded:\n            raise RuntimeError('not loaded yet')\n"
+        "        return Lazy\nLZ = Lazy()\n"
+        "def f(x):\n    LZ.loaded = True\n    PENDING.clear()\n"
+        "    v = np.sum(x * x) * D['k']\n    D['k'] = D['k'] + 1.0\n    return v\n"
+        "df = grad(f)\nimport autograd, numpy as onp\nx0 = onp.array([0.5, -1.0, 2.0])"
+    )
+    for cell in ("", "LZ = Lazy()", "PENDING.extend([0.0] * 250_000)", "LZ = Lazy()"):
+        ip.run(cell)
+        for _ in range(3):
+            ip.run("k = D['k']\ngot = df(x0)\nD['k'] = k\nwant = autograd.grad(f)(x0)")
+            got, want = ip.ns["got"], ip.ns["want"]
+            assert got.tobytes() == want.tobytes(), (cell, got, want)
+            assert ip.ns["D"]["k"] == ip.ns["k"] + 1.0  # (the function's own count, once)

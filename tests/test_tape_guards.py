@@ -987,3 +987,55 @@ def test_a_guard_is_interpreted_for_its_first_checks_then_compiled(ip: Shell) ->
         assert ipyrefresh.status(check=False)["builds"] == builds + 1, change
         seen[compiled] += 1
     assert seen == {False: len(changes), True: len(changes)}
+
+
+@pytest.mark.parametrize("compile_after", [0, 3])
+def test_an_array_given_another_class_in_place(ip: Shell, compile_after: int) -> None:
+    """``W.__class__ = B`` on an ndarray subclass with ``__slots__ = ()`` (no instance
+    node checks its class): the compiled guard checked only the array's identity and
+    answered for the old class's ``sum`` with status fresh (hunt 36)."""
+    ip.run(f"%config IPyRefresh.compile_guard_after = {compile_after}")
+    ip.run(
+        "import numpy as onp\nclass A(onp.ndarray):\n    __slots__ = ()\n"
+        "class B(onp.ndarray):\n    __slots__ = ()\n"
+        "    def sum(self, *a, **k):\n        return 2.0 * onp.ndarray.sum(self, *a, **k)\n"
+        "W = onp.array([1.0, 2.0, 3.0]).view(A)\n"
+        "def f(x):\n    return np.sum(x * x) * float(W.sum())\ndf = grad(f)"
+    )
+    x = onp.array([0.5, -1.0, 2.0])
+    for new_class in ("B", "A", "B"):
+        for _ in range(compile_after + 2):
+            check(ip.ns["df"], x)
+        ip.run(f"W.__class__ = {new_class}")
+        (entry,) = ipyrefresh.status()["entries"]
+        assert entry["state"] == "stale", new_class
+        assert [r["text"] for r in entry["reasons"]] == ["W class changed"], entry["reasons"]
+        check(ip.ns["df"], x)
+
+
+@pytest.mark.parametrize("length", ["raise", "lie"])
+def test_a_dict_subclass_len_is_never_called(ip: Shell, length: str) -> None:
+    """The compiled check of a dict called the subclass's own ``__len__``: one that raised
+    broke the cell at the first compiled check, one that counted only some keys made a
+    rebuild at every check (hunt 36). The node check never calls it; neither does the
+    compiled one now."""
+    ip.run("%config IPyRefresh.compile_guard_after = 1")
+    ip.run(
+        f"MODE = {length!r}\n"
+        "class Params(dict):\n    __slots__ = ()\n    def __len__(self):\n"
+        "        if MODE == 'raise':\n            raise RuntimeError('no len')\n"
+        "        return sum(1 for k in dict.__iter__(self) if not k.startswith('_'))\n"
+        "P = Params(scale=3.0, _cache=0.0)\n"
+        "def f(x):\n    return np.sum(x * x) * P['scale']\ndf = grad(f)"
+    )
+    x = onp.array([0.5, -1.0, 2.0])
+    for _ in range(5):
+        check(ip.ns["df"], x)
+    assert ipyrefresh.status()["builds"] == 1
+    ip.run("dict.__setitem__(P, 'scale', 4.0)")
+    assert [e["state"] for e in ipyrefresh.status()["entries"]] == ["stale"]
+    for _ in range(3):
+        check(ip.ns["df"], x)
+    ip.run("dict.__setitem__(P, 'other', 1.0)")  # (a key more: the same length to __len__)
+    assert [e["state"] for e in ipyrefresh.status()["entries"]] == ["stale"]
+    check(ip.ns["df"], x)

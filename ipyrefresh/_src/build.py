@@ -110,6 +110,11 @@ def run_build(
     after = _walk(fn, label, request, args, kwargs, log)
     guard, unguardable = after.guard, after.unguardable
     failure = walked.failure or after.failure
+    if before_error and not unguardable:
+        # The walk before the run stopped, the one after did not: the run changed what it
+        # reads (loaded a lazy object, emptied a container the first walk found too big),
+        # and what else it changed, no check could see (hunt 36).
+        effects.append(f"changes what it reads while it runs ({before_error})")
     # The run is over and the first check held: a change now is another thread's, made
     # while the guard was walked (which then took the new value).
     raced = None if before_error or changed else before.check_interpreted(fn, args, kwargs)

@@ -463,8 +463,11 @@ class Array(Node):
         self.ref = Ref(arr) if identity else None
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
-        if type(value) is not self.type or (self.ref is not None and value is not self.ref()):
+        ref = self.ref
+        if ref is not None and value is not ref():
             return self.fail(value)
+        if type(value) is not self.type:  # (the same array: ``W.__class__ = B``)
+            return self.fail(value, None if ref is None else ChangeKind.CLASS_CHANGED)
         arr: np.ndarray = value
         if arr.shape != self.shape or arr.dtype != self.dtype or arr.strides != self.strides:
             return Mismatch(self.label, ChangeKind.RESHAPED)
