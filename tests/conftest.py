@@ -132,6 +132,10 @@ def bare_shell(engine: Engine, request: pytest.FixtureRequest) -> Iterator[Shell
     shell.run_line_magic("unload_ext", "ipyrefresh")
     yield Shell(shell)
     shell.run_line_magic("unload_ext", "ipyrefresh")
+    if "autoreload" in shell.magics_manager.magics["line"]:
+        # A test's ``%autoreload 2`` must not stay on for the next ones in this process:
+        # it would check every imported module before each of their cells.
+        shell.run_line_magic("autoreload", "0")
     shell.reset(new_session=False)
 
 
