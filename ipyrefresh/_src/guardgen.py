@@ -259,18 +259,25 @@ def _cellnode(e: _Emitter, node: Node, v: str, arg: bool) -> None:
 
 def _array(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     assert isinstance(node, Array)
-    other_class = f"_type({v}) is not {e.const(node.type)}"
-    if node.ref is None:
-        e.fail(other_class, e.node_fail(node, v, arg))
-    else:
-        e.fail(f"{v} is not {e.const(node.ref)}()", e.node_fail(node, v, arg))
-        e.fail(other_class, e.mismatch(node, ChangeKind.CLASS_CHANGED, arg))
+    _same_object(e, node, v, arg, e.const(node.type))
     shape, dtype, strides = e.const(node.shape), e.const(node.dtype), e.const(node.strides)
     e.fail(
         f"{v}.shape != {shape} or {v}.dtype != {dtype} or {v}.strides != {strides}",
         e.mismatch(node, ChangeKind.RESHAPED, arg),
     )
     e.fail(f"deep and _digest({v}) != {node.digest!r}", e.mismatch(node, ChangeKind.MUTATED, arg))
+
+
+def _same_object(e: _Emitter, node: Array | Instance, v: str, arg: bool, cls: str) -> None:
+    """The very object (where a weak reference can tell it), then of the class ``cls``:
+    the same object given another class in place (``o.__class__ = B``) is a class
+    change, as the nodes' own checks say."""
+    other_class = f"_type({v}) is not {cls}"
+    if node.ref is None:
+        e.fail(other_class, e.node_fail(node, v, arg))
+    else:
+        e.fail(f"{v} is not {e.const(node.ref)}()", e.node_fail(node, v, arg))
+        e.fail(other_class, e.mismatch(node, ChangeKind.CLASS_CHANGED, arg))
 
 
 def _scalar_seq(e: _Emitter, node: Node, v: str, arg: bool) -> None:
@@ -340,12 +347,7 @@ def _instance(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     assert isinstance(node, Instance)
     if node.slots:
         return e.delegate(node, v, arg)
-    other_class = f"_type({v}) is not {e.const(node.cls)}()"
-    if node.ref is None:
-        e.fail(other_class, e.node_fail(node, v, arg))
-    else:
-        e.fail(f"{v} is not {e.const(node.ref)}()", e.node_fail(node, v, arg))
-        e.fail(other_class, e.mismatch(node, ChangeKind.CLASS_CHANGED, arg))
+    _same_object(e, node, v, arg, f"{e.const(node.cls)}()")
     if node.attrs is not None:
         w = e.var()
         e.line(f"{w} = {e.const(node.dict_descr)}.__get__({v})")
