@@ -363,7 +363,7 @@ class Engine:
     def _install(self, entry: Entry, outcome: Outcome, stale: bool, why: str) -> None:
         outcome.variant.guard.interpret = self.config.compile_guard_after
         if outcome.failure is not None:
-            self.internal_error(f"reading what {entry.name} reads", outcome.failure)
+            self.internal_error("reading what a derivative reads", outcome.failure, entry.name)
         if stale:
             self.stats["builds"] += 1
             rebuilt = entry.builds > 0
@@ -609,14 +609,17 @@ class Engine:
                 "changes": [c.as_dict() for c in self.changes.recent()],
             }
 
-    def internal_error(self, what: str, exc: BaseException) -> None:
-        """Count a failure of ipyrefresh's own machinery; warn once per kind. Never raises."""
+    def internal_error(self, what: str, exc: BaseException, where: str = "") -> None:
+        """Count a failure of ipyrefresh's own machinery; warn once per kind (``what``, a
+        fixed phrase, and the exception's type: ``where`` names the derivative but keys
+        nothing, or the set would grow by one per failing derivative). Never raises."""
         self.stats["internal_errors"] += 1
         key = f"{what}:{type(exc).__name__}"
         if key not in self._warned:
             self._warned.add(key)
+            of = f", for {where}" if where else ""
             print(
-                f"ipyrefresh: internal error while {what} ({type(exc).__name__}: {exc}); "
+                f"ipyrefresh: internal error while {what}{of} ({type(exc).__name__}: {exc}); "
                 "answers stay correct (calls check for themselves). Counted in status().",
                 file=sys.stderr,
             )
