@@ -249,13 +249,11 @@ def _config_guard() -> list[Any]:
         if hasattr(jax.config, name)  # (a setting of another JAX release)
         and is_key(_setting(name))
     )
-    if len(names) > 1:
+    if len(names) == 1:  # (attrgetter of one name gives its value, not a tuple)
+        names *= 2
+    if names:
         read = functools.partial(operator.attrgetter(*names), jax.config)
         out.append((FixedReader(read), _Settings(names, read())))
-    else:
-        for name in names:
-            reader = FixedReader(functools.partial(_setting, name))
-            out.append((reader, Scalar(f"jax.config.{name}", _setting(name))))
     # The pytree classes JAX knows: registering one (``register_pytree_node``,
     # ``register_static``, ``register_dataclass``) changes how a traced value flattens,
     # in JAX's C registry, with no Python-level change a guard could see. JAX's Python
