@@ -85,11 +85,14 @@ def run_build(
 ) -> Outcome:
     """See the module docstring. ``drawn_between_calls``: a generator an earlier build of
     this entry reached was drawn from between its calls (see :class:`_RandomState`)."""
-    if not compiler.needs_guard or _traced_elsewhere(args, kwargs):
+    if not compiler.needs_guard:
         traced = compiler.trace(fn, request, args, kwargs)
-        why = "" if not compiler.needs_guard else "called inside another autograd computation"
+        variant = compiler.fallback(request, Guard(), "")
+        return Outcome(traced.answer(), variant, BuildInfo(), "built")
+    if _traced_elsewhere(args, kwargs):  # (no trace of ours: nothing of it would be used)
+        why = "called inside another autograd computation"
         variant = compiler.fallback(request, Guard(), why)
-        return Outcome(traced.answer(), variant, BuildInfo(note=why), "built")
+        return Outcome(variant.run(fn, args, kwargs), variant, BuildInfo(note=why), "built")
     walked = _walk(fn, label, request, args, kwargs, None)
     before, before_error = walked.guard, walked.unguardable
     rngs = [("numpy.random", _GLOBAL_RNG), ("random", _PY_RANDOM), *before.rngs]
