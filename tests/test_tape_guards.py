@@ -24,6 +24,7 @@ from autograd.tracer import getval
 import ipyrefresh
 from ipyrefresh._src.changes import ChangeKind
 from ipyrefresh._src.engine import MAX_VARIANTS, Engine
+from ipyrefresh._src.guard import Guard
 from ipyrefresh._src.handles import Derivative
 from ipyrefresh._src.identity import UNSEEN, Relation
 from ipyrefresh._src.nodes import Mismatch
@@ -243,6 +244,44 @@ def test_a_value_met_once_runs_the_code_and_traces_nothing(engine: Engine) -> No
     A[0][0, 0] += 1.0
     assert check(handle, w, *A).startswith("ran the code")
     assert check(handle, w, *A).startswith("traced a new path")
+
+
+def test_a_path_missed_on_an_argument_is_checked_once_a_call(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new minibatch at every call: each path's guard fails on the batch. The handle
+    checks each path once before it takes the engine's lock; the engine must not check
+    them again for the same arguments (it did, twice over the hot path: three guard
+    checks of a path a call, a third of the cost of a minibatch loop)."""
+
+    def loss(w: Any, X: Any, y: Any) -> Any:
+        return np.mean((np.tanh(np.dot(X, w)) - y) ** 2)
+
+    rng = onp.random.default_rng(2)
+    w = rng.normal(size=3)
+    A = (rng.normal(size=(5, 3)), rng.normal(size=5))
+    B = (rng.normal(size=(5, 3)), rng.normal(size=5))
+    handle = Derivative("grad", loss)
+    for batch in (A, B, A, B, A, B):  # a path for A and one for B
+        check(handle, w, *batch)
+    entry = handle.entry(w, *A)
+    assert entry is not None and len(entry.variants) == 2
+    checked: list[Any] = []
+    real = Guard.check
+
+    def counted(guard: Guard, *a: Any) -> Any:
+        checked.append(guard)
+        return real(guard, *a)
+
+    monkeypatch.setattr(Guard, "check", counted)
+    for _ in range(4):
+        del checked[:]
+        batch = (rng.normal(size=(5, 3)), rng.normal(size=5))
+        assert check(handle, w, *batch).startswith("ran the code")
+        assert sorted(map(id, checked)) == sorted(id(v.guard) for v in entry.variants)
+    del checked[:]
+    assert check(handle, w + 1, *B) == "cache hit"  # (and the paths still answer)
+    assert len(checked) <= 2
 
 
 def test_an_argument_the_code_branches_on_still_gets_paths(engine: Engine) -> None:

@@ -28,7 +28,8 @@ import sys
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -212,10 +213,18 @@ class Engine:
 
     # -- the slow path of a call -----------------------------------------------------------
     def call(
-        self, entry: Entry, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        entry: Entry,
+        fn: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        missed: Sequence[ArgumentMiss] = (),
     ) -> tuple[Entry, Any]:
         """Check ``entry``'s variants (dropping stale ones), else build; return the entry
-        actually used (a new one if it was evicted) and the answer.
+        actually used (a new one if it was evicted) and the answer. ``missed``: variants
+        the caller found failing on an argument's value at this call (not checked again:
+        the same arguments fail them again; a change of code or data since is found at
+        the next call).
 
         Another thread may hold the lock for as long as its build runs the user's code,
         and that code may wait for this thread (``sum(pool.map(d_inner, xs))`` inside a
@@ -232,7 +241,11 @@ class Engine:
                 entry = self.entry_for(entry.target, entry.key)
             read: set[int | str] = set()
             for variant in entry.variants:
-                answer = self._try(entry, variant, fn, args, kwargs)
+                miss = next((m.mismatch for m in missed if m.variant is variant), None)
+                if miss is None:
+                    answer = self._try(entry, variant, fn, args, kwargs)
+                else:
+                    answer = _argument_miss(miss)
                 if answer is _ARGS:
                     argnums = entry.request.argnums
                     read.update(k for k in argument_keys(variant.guard) if k not in argnums)
@@ -308,8 +321,7 @@ class Engine:
             if not bad.arg:  # the code or data changed: this variant is stale
                 entry.drop(variant, self._change(bad, Detection.AT_CALL, entry))
                 return _NO
-            # Another value of an argument it read (not another shape, kind or arity).
-            return _NO if bad.kind is ChangeKind.RESHAPED else _ARGS
+            return _argument_miss(bad)
         return variant.run(fn, args, kwargs)
 
     def _build(self, entry: Entry, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -634,6 +646,21 @@ class Engine:
 
 _NO = Miss("guard")
 _ARGS = Miss("arguments")
+
+
+def _argument_miss(bad: Mismatch) -> Miss:
+    """Another value of an argument a variant read (``_ARGS``: a path may be traced for
+    it), or another shape, kind or arity (``_NO``)."""
+    return _NO if bad.kind is ChangeKind.RESHAPED else _ARGS
+
+
+@dataclass(frozen=True, slots=True)
+class ArgumentMiss:
+    """A variant whose guard failed on an argument's value, found by a handle before it
+    took the engine's lock."""
+
+    variant: Variant
+    mismatch: Mismatch
 
 
 def argument_keys(guard: Guard) -> Iterator[int | str]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from .build import check_differentiable
 from .compilers.base import Miss, Transform, check_variant
-from .engine import Engine, current
+from .engine import ArgumentMiss, Engine, current
 from .entry import Entry
 from .keys import EntryKey, Signature, call_signature, check_argnum
 from .pickling import dask_token, reduce_handle
@@ -116,6 +116,9 @@ class Derivative:
             )
         hot = self._hot
         sig: tuple[str, Signature] | None = None
+        #: Variants whose guard failed on an argument's value at this call: not checked
+        #: again by this call (a new minibatch at every call would check each three times).
+        missed: list[ArgumentMiss] = []
         variants = hot.variants if hot is not None else ()  # (read once: threads drop them)
         if hot is not None and variants and hot.key.backend == backend:
             # The last variant that answered: its guard checks the arguments too, so a
@@ -128,23 +131,32 @@ class Derivative:
                 fits = sig[1] == hot.key.signature
             else:
                 fits = True
-            if fits and check_variant(variant, fn, args, kwargs) is None:
-                answer = variant.run(fn, args, kwargs)
-                if type(answer) is not Miss:
-                    hot.hit(variant, self._engine.cell)
-                    return answer
+            if fits:
+                bad = check_variant(variant, fn, args, kwargs)
+                if bad is None:
+                    answer = variant.run(fn, args, kwargs)
+                    if type(answer) is not Miss:
+                        hot.hit(variant, self._engine.cell)
+                        return answer
+                elif bad.arg:
+                    missed.append(ArgumentMiss(variant, bad))
         if sig is None:
             sig = (backend, call_signature(args, kwargs, backend == "jax"))
         known = self._entries.get(sig)
         if known is not None:
             entry = known
             for variant in entry.variants:
-                if check_variant(variant, fn, args, kwargs) is None:
+                if any(m.variant is variant for m in missed):
+                    continue
+                bad = check_variant(variant, fn, args, kwargs)
+                if bad is None:
                     answer = variant.run(fn, args, kwargs)
                     if type(answer) is not Miss:
                         entry.hit(variant, self._engine.cell)
                         self._remember(entry)
                         return answer
+                elif bad.arg:
+                    missed.append(ArgumentMiss(variant, bad))
         else:
             if len(self._entries) >= _MAX_HANDLE_ENTRIES:
                 self._entries.clear()
@@ -152,7 +164,7 @@ class Derivative:
                 self.target.key, self.transform, self.argnum, sig[1], backend, self.options
             )
             entry = self._engine.entry_for(self.target, key)
-        entry, answer = self._engine.call(entry, fn, args, kwargs)
+        entry, answer = self._engine.call(entry, fn, args, kwargs, missed)
         self._entries[sig] = entry
         self._remember(entry)
         return answer
