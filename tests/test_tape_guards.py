@@ -10,6 +10,7 @@ import io
 import operator
 import subprocess
 import sys
+import types
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -434,6 +435,58 @@ def test_random_draws_run_autograd_every_call(engine: Engine) -> None:
         same_result(a, b)
     (entry,) = handle.entries
     assert "draws random numbers" in entry.info.note
+
+
+RNG = onp.random.default_rng(0)  # (rebound by the test below)
+
+#: Ways to draw a new independent stream without moving any generator's bits (hunt 37):
+#: each spawn advances a seed sequence's count of children, the seed of the next one.
+SPAWNS = {
+    "Generator.spawn": lambda rng: rng.spawn(1)[0].normal(),
+    "BitGenerator.spawn": lambda rng: onp.random.Generator(rng.bit_generator.spawn(1)[0]).normal(),
+    "SeedSequence.spawn": lambda rng: onp.random.default_rng(
+        rng.bit_generator.seed_seq.spawn(1)[0]
+    ).normal(),
+}
+
+
+@pytest.mark.parametrize("route", sorted(SPAWNS))
+@pytest.mark.parametrize("reach", ["global", "attribute", "argument"])
+def test_spawning_a_generator_is_a_draw(engine: Engine, route: str, reach: str) -> None:
+    """``spawn`` leaves the bits alone: a tape replayed the first child's number for
+    ever, and the parent's count of children stopped moving, with status fresh."""
+    draw = SPAWNS[route]
+    holder = types.SimpleNamespace(rng=onp.random.default_rng(0))
+
+    def by_global(x: Any) -> Any:
+        return np.sum(x * draw(RNG))
+
+    def by_attribute(x: Any) -> Any:
+        return np.sum(x * draw(holder.rng))
+
+    def by_argument(x: Any, rng: Any) -> Any:
+        return np.sum(x * draw(rng))
+
+    fn = {"global": by_global, "attribute": by_attribute, "argument": by_argument}[reach]
+    x = onp.array([0.3, -0.7, 1.1])
+
+    def run(grad: Any) -> tuple[list[Any], int]:
+        rng = onp.random.default_rng(0)
+        globals()["RNG"], holder.rng = rng, rng
+        extra = (rng,) if reach == "argument" else ()
+        answers = [
+            grad(fn)(x, *extra) if grad is autograd.grad else grad(x, *extra) for _ in range(4)
+        ]
+        return answers, rng.bit_generator.seed_seq.n_children_spawned
+
+    handle = Derivative("grad", fn)
+    ours, spawned = run(handle)
+    theirs, expected = run(autograd.grad)
+    for a, b in zip(ours, theirs, strict=True):
+        same_result(a, b)
+    assert spawned == expected == 4
+    (entry,) = handle.entries
+    assert "draws random numbers" in entry.info.note, entry.info.note
 
 
 def test_boxes_inside_object_arrays(engine: Engine) -> None:

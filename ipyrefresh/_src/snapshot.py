@@ -108,6 +108,7 @@ _RNG_TYPES: tuple[type, ...] = (
     np.random.RandomState,
     np.random.Generator,
     np.random.BitGenerator,
+    np.random.SeedSequence,  # (its spawn() counts the children it made)
     random.Random,
 )
 #: A generator's methods that read its state without drawing; named as a library's
@@ -195,16 +196,22 @@ def rng_state(gen: Any) -> int:
         return hash(gen.getstate())
     if isinstance(gen, np.random.RandomState):
         state: Any = gen.get_state(legacy=False)
-    elif isinstance(gen, np.random.Generator):
-        state = gen.bit_generator.state
+    elif isinstance(gen, np.random.SeedSequence):
+        state = (gen.entropy, gen.spawn_key, gen.pool_size, gen.n_children_spawned)
     else:
-        state = gen.state
+        # A Generator or BitGenerator: its bits, and how many children its seed sequence
+        # has spawned (``spawn`` draws no bits: each child's seed is the next number).
+        bits = gen.bit_generator if isinstance(gen, np.random.Generator) else gen
+        seq = getattr(bits, "seed_seq", None) or getattr(bits, "_seed_seq", None)
+        state = (bits.state, getattr(seq, "n_children_spawned", None))
     return _state_hash(state)
 
 
 def _state_hash(state: Any) -> int:
     if type(state) is dict:
         return hash(tuple((k, _state_hash(v)) for k, v in state.items()))
+    if type(state) is tuple:
+        return hash(tuple(map(_state_hash, state)))
     if type(state) is np.ndarray:
         return array_digest(state)
     return hash(state)
