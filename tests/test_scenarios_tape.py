@@ -1544,3 +1544,50 @@ x = onp.array([0.5, -1.5])
     check(nb, "df(x)", "autograd.grad(f)(x)", times=2, what="another default object:")
     nb.run("MODE = Flag()")
     check(nb, "df(x)", "autograd.grad(f)(x)", times=2, what="another Flag:")
+
+
+# -- state in C that no guard reads (hunt 37) -------------------------------------------------
+C_STATE = {
+    "a_bit_generator_through_its_ctypes_interface": (
+        "BG = onp.random.PCG64(1)\nCT = BG.ctypes\n"
+        "def f(x):\n    return np.sum(x * CT.next_double(CT.state))\n",
+        "df(x)",
+    ),
+    "libc_rand_through_ctypes": (
+        "import ctypes\nLIBC = ctypes.CDLL(None)\nLIBC.srand(3)\n"
+        "def f(x):\n    return np.sum(x * float(LIBC.rand() % 1000))\n",
+        "df(x)",
+    ),
+    "a_library_loaded_with_ctypes_as_it_runs": (
+        "import ctypes\nctypes.CDLL(None).srand(3)\n"
+        "def f(x):\n    return np.sum(x * float(ctypes.CDLL(None).rand() % 1000))\n",
+        "df(x)",
+    ),
+    "objects_counted_by_the_garbage_collector": (
+        "import gc\nclass Particle:\n    pass\nPS = []\n"
+        "def f(x):\n"
+        "    return np.sum(x * float(sum(type(o) is Particle for o in gc.get_objects())))\n",
+        "(PS.append(Particle()), df(x))[1]",
+    ),
+    "an_argument_read_from_the_callers_frame": (
+        "import inspect, sys, threading, traceback\n"
+        "def caller_arg(name):\n"
+        "    here = sys._current_frames()[threading.get_ident()]\n"
+        "    for frame, _ in traceback.walk_stack(here):\n"
+        "        found = inspect.getargvalues(frame)[3]\n"
+        "        if name in found:\n"
+        "            return found[name]\n"
+        "def f(x, scale):\n    return np.sum(x * caller_arg('scale'))\n"
+        "SCALES = iter([2.0, 2.0, 2.0, 5.0, 5.0, 5.0])\n",
+        "df(x, next(SCALES))",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(C_STATE))
+def test_state_no_guard_reads_gives_autograds_answers(nb: Shell, case: str) -> None:
+    """Calls into C through ctypes (a generator's state, libc's), the garbage collector's
+    view of the heap, and a caller's arguments read through its frame: the tape replayed
+    the first answer, with status fresh, where autograd answers anew at each call."""
+    setup, call = C_STATE[case]
+    sequence(nb, setup + "x = np.array([0.3, -0.7, 1.1])\ndf = {D}(f)", call, n=6)

@@ -50,6 +50,8 @@ _INTROSPECTION = frozenset(
     {
         *("locals", "_getframe", "currentframe", "f_back", "f_locals", "stack"),
         *("getouterframes", "tb_frame", "gi_frame", "cr_frame", "ag_frame"),
+        *("_current_frames", "_current_exceptions", "walk_stack", "walk_tb"),
+        *("getargvalues", "getinnerframes"),
     }
 )
 

@@ -15,10 +15,12 @@ recorded.
 from __future__ import annotations
 
 import _thread
+import _tracemalloc
 import _weakref
 import builtins
 import contextlib
 import contextvars
+import ctypes
 import faulthandler
 import gc
 import importlib
@@ -173,6 +175,10 @@ _INTERPRETER: dict[Any, str] = {
         ),
         (_weakref, ("getweakrefs",)),
         (gc, ("get_threshold", "isenabled", "get_count", "get_debug", "get_freeze_count")),
+        (gc, ("get_objects", "get_referrers", "get_referents", "get_stats", "collect")),
+        (gc, ("is_tracked", "is_finalized")),
+        (_tracemalloc, ("get_traced_memory", "get_tracemalloc_memory", "is_tracing")),
+        (_tracemalloc, ("_get_traces", "_get_object_traceback", "get_traceback_limit")),
         (faulthandler, ("is_enabled",)),
         (_thread, ("stack_size",)),
     )
@@ -221,6 +227,16 @@ class PythonEffect:
 _LINECACHE_READS = (linecache.getline, linecache.getlines, linecache.updatecache)
 
 
+#: How code gets C functions through ctypes as it runs (a call of one is no event here;
+#: the guard's walk refuses those it reaches before the run).
+_FOREIGN_LOADS = (
+    ctypes.CDLL.__init__,
+    ctypes.CDLL.__getattr__,
+    ctypes.CDLL.__getitem__,
+    ctypes.LibraryLoader.LoadLibrary,
+)
+
+
 def _python_effects() -> dict[CodeType, PythonEffect]:
     """Python functions that change how the primitives' own errors and warnings come out
     while the function runs (``with np.errstate(divide='raise')``, ``catch_warnings``):
@@ -250,6 +266,7 @@ def _python_effects() -> dict[CodeType, PythonEffect]:
         (seq.__contains__, compares),
         (seq.index, compares),
         *((f, "reads source files (linecache)") for f in _LINECACHE_READS),
+        *((f, "calls C code through ctypes (its state is not read)") for f in _FOREIGN_LOADS),
         (importlib.reload, "runs a module's file again (importlib.reload)"),
         (_exec_module(), "runs a module's file (exec_module)"),
     ):

@@ -15,6 +15,7 @@ plain autograd, which re-reads everything on every call.
 
 from __future__ import annotations
 
+import _ctypes
 import array
 import builtins
 import collections
@@ -149,6 +150,10 @@ _IDENTITY_TYPES: tuple[type, ...] = (
 #: Mutable buffers whose bytes are all of their value: digested like arrays.
 _BUFFERS: tuple[type, ...] = (bytearray, array.array, ctypes.Array, ctypes.Structure)
 _BUFFERS += (ctypes.Union, ctypes._SimpleCData)
+#: C functions called through ctypes, and the libraries that give them: what they read and
+#: change (libc's rand(), a bit generator's state through its ``ctypes`` interface) is
+#: memory no guard reads, and calling one is no event the call recorder sees.
+_FOREIGN_CALLS = (_ctypes.CFuncPtr, ctypes.CDLL, ctypes.LibraryLoader)
 #: Containers whose items the walk reads (a subclass adds only its attributes).
 _DATA_TYPES: tuple[type, ...] = (list, tuple, dict, collections.deque, np.ndarray)
 _DATA_TYPES += (set, frozenset, *_BUFFERS)
@@ -492,6 +497,8 @@ class Walker:
             parts.append(Buffer(label, value))
         elif isinstance(value, ctypes._Pointer):
             raise Unguardable(f"{label} is a ctypes pointer (what it points to is not read)")
+        elif isinstance(value, _FOREIGN_CALLS):
+            raise Unguardable(f"{label} calls C code through ctypes (its state is not read)")
         elif isinstance(value, (list, tuple, collections.deque)):
             parts.append(self._seq(value, label))
         elif isinstance(value, dict):
