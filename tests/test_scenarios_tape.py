@@ -1591,3 +1591,34 @@ def test_state_no_guard_reads_gives_autograds_answers(nb: Shell, case: str) -> N
     the first answer, with status fresh, where autograd answers anew at each call."""
     setup, call = C_STATE[case]
     sequence(nb, setup + "x = np.array([0.3, -0.7, 1.1])\ndf = {D}(f)", call, n=6)
+
+
+@pytest.mark.parametrize("action", ["error", "ignore"])
+def test_a_warnings_filter_by_autograds_module_acts_on_the_replay(nb: Shell, action: str) -> None:
+    """numpy's floating-point warnings name the module whose Python frame ran the ufunc:
+    autograd's under autograd, the generated replay's under ipyrefresh. A filter naming
+    autograd's module made autograd raise (or stay silent) where the replay answered
+    (or warned) (hunt 37)."""
+    nb.run(
+        "import warnings\n"
+        "def f(x):\n    return np.sum(np.log(x) * 2.0)\n"
+        "x = np.array([0.3, -0.7, 1.1])\n"
+        "df = grad(f)\n"
+        "with warnings.catch_warnings():\n"
+        "    warnings.simplefilter('ignore')\n"
+        "    for _ in range(4):\n        df(x)\n"
+        "def outcome(d):\n"
+        "    with warnings.catch_warnings(record=True) as caught:\n"
+        "        warnings.resetwarnings()\n"
+        f"        warnings.filterwarnings({action!r}, category=RuntimeWarning, module='autograd')\n"
+        "        try:\n"
+        "            answer = repr(d(x))\n"
+        "        except RuntimeWarning as exc:\n"
+        "            answer = f'raised {exc}'\n"
+        "    return answer, [str(w.message) for w in caught]\n"
+        "ours, theirs = outcome(df), outcome(autograd.grad(f))"
+    )
+    assert nb.ns["ours"] == nb.ns["theirs"]
+    runs = nb.run("ipyrefresh.status()")["entries"][0]["runs"]
+    assert runs[0].startswith("tape:"), runs  # (the replay answered)
+    assert nb.ns["ours"][0].startswith("raised") == (action == "error")

@@ -51,6 +51,8 @@ def _foreign(a: np.ndarray) -> bool:
 #: Mutable containers a replay holds copies of (see ``Emitter._own``), and tuple subclasses
 #: (a namedtuple holding a list): an exact tuple is looked into instead.
 _COPIED = (list, dict, set, collections.deque, array.array, tuple)
+#: The module a replay's warnings come from: where autograd's primitives call numpy.
+_WARNS_AS = "autograd.tracer"
 _names = itertools.count()
 
 
@@ -325,6 +327,10 @@ class Emitter:
             _iadd=_iadd,
             _add_at=np.add.at,
             _reshape_j=getattr(anp.reshape, "fun", anp.reshape),
+            # numpy's floating-point warnings name the module of the Python frame that
+            # ran the ufunc: under autograd, one of autograd's. A filter by module
+            # (``filterwarnings("error", module="autograd")``) must act on the replay's.
+            __name__=_WARNS_AS,
         )
         self._consts: dict[int, str] = {}
         self._keep: list[Any] = []
