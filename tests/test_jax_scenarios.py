@@ -1990,6 +1990,26 @@ def test_rj_jit_static_arguments_by_position_or_name(jp: Shell) -> None:
     check(jp, "J3(x, cfg)", "scaled(x, cfg)")
 
 
+def test_rj_jit_given_both_static_options_takes_each_for_itself(jp: Shell) -> None:
+    """jax.jit reads a name as a position too (and back) only when one of the two options
+    is given: given both, an array passed by position for a static name is traced, and a
+    string passed by position where only its name is static is refused (hunt 38)."""
+    jp.run(
+        "def g(x, n, scale=1.0):\n    return x * n * scale\n"
+        "def h(x, n, mode='sin'):\n    return jnp.sin(x) * n if mode == 'sin' else x\n"
+        "opts = dict(static_argnums=(1,), static_argnames=('scale',))\n"
+        "J, O = rj.jit(g, **opts), jax.jit(g, **opts)\n"
+        "opts = dict(static_argnums=(1,), static_argnames=('mode',))\n"
+        "JH, OH = rj.jit(h, **opts), jax.jit(h, **opts)"
+    )
+    for call in ("(x, 2, jnp.float32(3.0))", "(x, 2, scale=3.0)", "(x, 3)"):
+        for _ in range(2):
+            check(jp, "J" + call, "O" + call, what=call)
+    check(jp, "JH(x, 2, mode='cos')", "OH(x, 2, mode='cos')")
+    for handle in ("JH", "OH"):
+        assert type(jp.run_error(f"{handle}(x, 1, 'cos')")) is TypeError, handle
+
+
 def test_debug_nans_turned_on_makes_handles_check_as_jax_grad_does(jp: Shell) -> None:
     """With jax_debug_nans on, a handle raises at the nan of the forward pass, as a fresh
     jax.grad does (the next test checks that in a fresh process: in this one, plain

@@ -453,7 +453,7 @@ class _Plan:
         static: tuple[int, ...] | None = options.get("static_argnums")
         names: tuple[str, ...] | None = options.get("static_argnames")
         if not handles:
-            static, names = _static_of(fun, len(args), static or (), names or ())
+            static, names = _static_of(fun, len(args), static, names)
         consts: tuple[int, ...] = ()
         const_names: tuple[str, ...] = ()
         if handles:
@@ -553,17 +553,20 @@ class _Plan:
 
 
 def _static_of(
-    fun: Any, count: int, argnums: tuple[int, ...], argnames: tuple[str, ...]
+    fun: Any, count: int, argnums: tuple[int, ...] | None, argnames: tuple[str, ...] | None
 ) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """``rj.jit``'s static arguments as ``jax.jit`` takes them: each position and name
-    also as the other where the signature has a parameter that is both, and negative
-    positions counted from this call's end."""
-    nums = {i + count if i < 0 else i for i in argnums}
-    names = set(argnames)
-    try:
-        params = list(inspect.signature(fun).parameters.values())
-    except (TypeError, ValueError):
-        params = []
+    """``rj.jit``'s static arguments as ``jax.jit`` takes them: negative positions counted
+    from this call's end, and when only one of the two options is given, each position
+    and name also as the other where the signature has a parameter that is both (given
+    both, each means only itself)."""
+    nums = {i + count if i < 0 else i for i in argnums or ()}
+    names = set(argnames or ())
+    params = []
+    if argnums is None or argnames is None:
+        try:
+            params = list(inspect.signature(fun).parameters.values())
+        except (TypeError, ValueError):
+            pass
     both = inspect.Parameter.POSITIONAL_OR_KEYWORD
     for i, p in enumerate(params):
         if p.kind is both and (i in nums or p.name in names):
