@@ -1553,6 +1553,23 @@ def test_handle_inside_user_jit_warns_once(jp: Shell) -> None:
     assert not differ(jp.ns["_first"], jp.run("jax.grad(h)(x) * 2.0"))
 
 
+def test_only_a_kept_trace_spends_the_warning(jp: Shell) -> None:
+    """jax.vmap and an unjitted jax.grad trace the handle again at each call and keep
+    nothing: they must not warn, nor spend the one warning a later jax.jit, which does
+    keep the old answer, should give (hunt 38)."""
+    jp.run("C = 2.0\ndef h(x): return jnp.sum(jnp.sin(x) * C)\ndh = rj.grad(h)")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jp.run("_v = jax.vmap(dh)(jnp.stack([x, 2 * x]))")
+        jp.run("_g = jax.grad(lambda v: jnp.sum(dh(v)))(x)")
+        assert not [str(w.message) for w in caught if "rj.jit" in str(w.message)]
+        jp.run("outer = jax.jit(lambda v: dh(v))\n_first = outer(x)")
+    about = [w for w in caught if "rj.jit" in str(w.message)]
+    assert len(about) == 1, [str(w.message) for w in caught]
+    jp.run("C = 5.0")
+    check(jp, "jax.vmap(dh)(jnp.stack([x, 2 * x]))", "jax.vmap(jax.grad(h))(jnp.stack([x, 2 * x]))")
+
+
 def test_rj_jit_inside_user_jit_warns_once(jp: Shell) -> None:
     jp.run("def h(x): return jnp.sum(jnp.sin(x) ** 2)\njh = rj.jit(h)")
     with warnings.catch_warnings(record=True) as caught:

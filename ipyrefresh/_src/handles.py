@@ -29,12 +29,17 @@ _MAX_HANDLE_ENTRIES = 64
 
 def _traced_by_jax(args: tuple[Any, ...]) -> bool:
     """An argument is a tracer of a JAX transformation the user applied around the call
-    (not one of ipyrefresh's own: an outer handle follows changes itself)."""
+    that stages it into a kept trace (``jax.jit``, ``lax.scan``; not ``jax.vmap`` or an
+    unjitted ``jax.grad``, which trace again at each call), and not one of ipyrefresh's
+    own (an outer handle follows changes itself)."""
     tracer = _jax_tracer()
     if tracer is None or not any(isinstance(a, tracer) for a in args):
         return False
     ours = sys.modules.get("ipyrefresh._src.compilers.jax")
-    return not (ours is not None and ours.traced_by_ipyrefresh())
+    if ours is not None and ours.traced_by_ipyrefresh():
+        return False
+    staged = getattr(sys.modules.get("jax._src.core"), "unsafe_am_i_under_a_jit", None)
+    return not callable(staged) or bool(staged())  # (another JAX: warn for any tracer)
 
 
 def _jax_tracer() -> type | None:
@@ -107,7 +112,7 @@ class Derivative:
         if backend == "jax" and not self._told_traced and _traced_by_jax(args):
             self._told_traced = True
             warnings.warn(
-                f"{self!r} is traced by a JAX transformation of yours (jax.jit, jax.vmap): "
+                f"{self!r} is traced by a JAX transformation of yours (jax.jit, lax.scan): "
                 "that trace keeps this derivative's answer for the code of this moment, as "
                 "it would keep jax.grad's. Make the outer function an rj.jit to have it "
                 "follow later changes too.",
