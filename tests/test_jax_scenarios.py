@@ -1015,6 +1015,25 @@ def test_plain_jax_reads_arrays_as_they_are_now(jp: Shell) -> None:
     assert not differ(jp.run("dh(x)"), want[0][0][1])
 
 
+def test_plain_jax_refuses_what_it_refuses_without_ipyrefresh(jp: Shell) -> None:
+    """The conversion above checked byte order only: with it, plain JAX staged string and
+    object arrays (``jax.eval_shape`` gave a ``str32`` result) and refused a long double
+    with another error (hunt 38). It refuses what JAX refuses, as JAX does."""
+    probes = [
+        "jax.eval_shape(lambda: jnp.asarray(onp.array(['a'])))",
+        "jax.make_jaxpr(lambda: jnp.asarray(onp.array([1, 2], dtype=object)))()",
+        "jax.eval_shape(lambda: jnp.asarray(onp.array([1.0], dtype=onp.longdouble)))",
+        "jax.jit(lambda v: v)(onp.zeros(2, dtype=[('a', 'f8')]))",
+        "jnp.asarray(onp.array([1.5, 2.5], dtype=onp.float16))",
+    ]
+    (want,) = fresh_process([(HARM_PRELUDE, probes)])
+    jp.run(HARM_PRELUDE + "def h(v):\n    return jnp.sum(jnp.sin(v))\n_ = rj.grad(h)(x)")
+    (got,) = run_in_shell(jp, [("", probes)])
+    kinds = [(g[0], g[1].split(":")[0] if g[0] == "error" else "") for g in got]
+    assert kinds == [(w[0], w[1].split(":")[0] if w[0] == "error" else "") for w in want]
+    assert [k for k, _ in kinds] == ["error"] * 4 + ["ok"]
+
+
 def _harm(jp: Shell, cells: list[tuple[str, list[str], bool]]) -> None:
     """Run ``cells`` in the shell (every cell) and in a fresh process (only the cells
     whose flag is False: those without ipyrefresh); every probe must answer bit for bit

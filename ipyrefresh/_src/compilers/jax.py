@@ -193,9 +193,14 @@ def _convert_without_cache() -> None:
     if register is None or typed is None:  # pragma: no cover - JAX before the cache
         return
     canonical_dtype = dtypes.canonicalize_dtype
+    check_valid = dtypes.check_valid_dtype
     invalid = getattr(dtypes, "InvalidInputException", TypeError)
 
     def convert(x: np.ndarray) -> Any:
+        try:  # (strings, objects, records, long doubles: JAX's own conversion refuses them)
+            check_valid(x.dtype)
+        except TypeError as exc:
+            raise invalid(str(exc)) from None
         dtype = canonical_dtype(x.dtype)
         if not dtype.isnative:  # ('>f8' from a file: JAX's own conversion refuses it)
             raise invalid(f"a numpy array of non-native byte order ({x.dtype})")
