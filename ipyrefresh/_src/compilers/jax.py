@@ -29,6 +29,7 @@ This module imports jax; it is imported only when the "jax" compiler is first us
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import inspect
@@ -566,12 +567,10 @@ def _static_of(
     both, each means only itself)."""
     nums = {i + count if i < 0 else i for i in argnums or ()}
     names = set(argnames or ())
-    params = []
+    params: list[inspect.Parameter] = []
     if argnums is None or argnames is None:
-        try:
+        with contextlib.suppress(TypeError, ValueError):  # (no signature: nothing to map)
             params = list(inspect.signature(fun).parameters.values())
-        except (TypeError, ValueError):
-            pass
     both = inspect.Parameter.POSITIONAL_OR_KEYWORD
     for i, p in enumerate(params):
         if p.kind is both and (i in nums or p.name in names):
