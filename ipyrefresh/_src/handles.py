@@ -17,7 +17,7 @@ from types import FrameType
 from typing import Any
 
 from .build import check_differentiable
-from .compilers.base import Miss, Transform, check_variant
+from .compilers.base import Miss, Transform, Variant, check_variant
 from .engine import ArgumentMiss, Engine, current
 from .entry import Entry
 from .keys import EntryKey, Signature, call_signature, check_argnum
@@ -25,6 +25,25 @@ from .pickling import dask_token, reduce_handle
 from .targets import FixedTarget, Target, label_of, target_for
 
 _MAX_HANDLE_ENTRIES = 64
+_CHECK_FAILED = Miss("guard")
+
+
+def _answer(
+    variant: Variant,
+    fn: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    missed: list[ArgumentMiss],
+) -> Any:
+    """``variant``'s answer if its guard holds (a :class:`Miss` if not, or if it declines
+    the call); a guard failing on an argument's value is noted in ``missed``, so that
+    neither this call nor the engine checks it again."""
+    bad = check_variant(variant, fn, args, kwargs)
+    if bad is None:
+        return variant.run(fn, args, kwargs)
+    if bad.arg:
+        missed.append(ArgumentMiss(variant, bad))
+    return _CHECK_FAILED
 
 
 def _traced_by_jax(args: tuple[Any, ...]) -> bool:
@@ -137,14 +156,10 @@ class Derivative:
             else:
                 fits = True
             if fits:
-                bad = check_variant(variant, fn, args, kwargs)
-                if bad is None:
-                    answer = variant.run(fn, args, kwargs)
-                    if type(answer) is not Miss:
-                        hot.hit(variant, self._engine.cell)
-                        return answer
-                elif bad.arg:
-                    missed.append(ArgumentMiss(variant, bad))
+                answer = _answer(variant, fn, args, kwargs, missed)
+                if type(answer) is not Miss:
+                    hot.hit(variant, self._engine.cell)
+                    return answer
         if sig is None:
             sig = (backend, call_signature(args, kwargs, backend == "jax"))
         known = self._entries.get(sig)
@@ -153,15 +168,11 @@ class Derivative:
             for variant in entry.variants:
                 if any(m.variant is variant for m in missed):
                     continue
-                bad = check_variant(variant, fn, args, kwargs)
-                if bad is None:
-                    answer = variant.run(fn, args, kwargs)
-                    if type(answer) is not Miss:
-                        entry.hit(variant, self._engine.cell)
-                        self._remember(entry)
-                        return answer
-                elif bad.arg:
-                    missed.append(ArgumentMiss(variant, bad))
+                answer = _answer(variant, fn, args, kwargs, missed)
+                if type(answer) is not Miss:
+                    entry.hit(variant, self._engine.cell)
+                    self._remember(entry)
+                    return answer
         else:
             if len(self._entries) >= _MAX_HANDLE_ENTRIES:
                 self._entries.clear()
