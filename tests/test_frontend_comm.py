@@ -18,15 +18,14 @@ import pytest
 
 from ipyrefresh.ipython.comm import MAX_ENTRIES, SCHEMA, TARGET, status_message
 
-jupyter_client = pytest.importorskip("jupyter_client")
-from jupyter_client.manager import start_new_kernel  # noqa: E402
+from .kernels import start_kernel
 
 pytestmark = pytest.mark.kernel
 
 
 class Kernel:
     def __init__(self) -> None:
-        self.km, self.kc = start_new_kernel(kernel_name="python3", startup_timeout=60)
+        self.km, self.kc = start_kernel(timeout=60)
         self.pending: list[dict[str, Any]] = []
         self.replies: dict[str, dict[str, Any]] = {}  # shell replies read ahead of their turn
 

@@ -323,9 +323,9 @@ def test_unload_and_reload_leave_the_shell_as_before(bare_shell: Any) -> None:
 # -- kernel restart ----------------------------------------------------------------------------
 @pytest.mark.kernel
 def test_kernel_restart() -> None:
-    from jupyter_client.manager import start_new_kernel
+    from .kernels import start_kernel
 
-    km, kc = start_new_kernel(kernel_name="python3")
+    km, kc = start_kernel()
     try:
 
         def run(code: str) -> str:

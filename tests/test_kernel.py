@@ -7,18 +7,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from jupyter_client.manager import KernelManager
+
+from .kernels import start_kernel
 
 pytestmark = pytest.mark.kernel
 
 
 class Kernel:
     def __init__(self) -> None:
-        self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel()
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=60)
+        self.km, self.kc = start_kernel(timeout=60)
 
     def run(self, code: str) -> dict[str, Any]:
         """Execute a cell; collect stdout, the result's text, and any error."""

@@ -17,6 +17,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from .kernels import kernel_manager
+
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 pytestmark = pytest.mark.kernel
@@ -26,7 +28,11 @@ def run_notebook(path: Path) -> Any:
     nb = nbformat.read(path, as_version=4)
     assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
     client = NotebookClient(
-        nb, kernel_name="python3", timeout=300, resources={"metadata": {"path": str(NOTEBOOKS)}}
+        nb,
+        km=kernel_manager(),
+        kernel_name="python3",
+        timeout=300,
+        resources={"metadata": {"path": str(NOTEBOOKS)}},
     )
     client.execute()  # raises CellExecutionError, with the cell and traceback, on any error
     return nb
