@@ -2105,6 +2105,36 @@ CASES = [
         """,
         "W = W.astype(np.float32)",
     ),
+    # -- builtins of the function's own (hunt 40): fixed when ``exec`` made it ----------
+    C(
+        "builtins_of_the_function_not_of_its_globals_now",
+        """
+        bd = {'np': np, 'C': 3.0}
+        ns = {'__builtins__': bd}
+        exec("def g(x): return np.sin(x) * C", ns)
+        g = ns['g']
+        ns['__builtins__'] = dict(bd)
+        def f(x):
+            return np.sum(g(x))
+        x = np.array([0.1, 0.2, 0.3])
+        dh = grad(f)
+        """,
+        "bd['C'] += 1.5",
+    ),
+    C(
+        "builtins_a_dict_subclass",
+        """
+        class BD(dict):
+            pass
+        bd = BD(np=np, C=3.0)
+        ns = {'__builtins__': bd}
+        exec("def f(x): return np.sum(np.sin(x) * C)", ns)
+        f = ns['f']
+        x = np.array([0.1, 0.2, 0.3])
+        dh = grad(f)
+        """,
+        "bd['C'] += 1.5",
+    ),
 ]
 
 IDS = [c.id for c in CASES]
@@ -2559,3 +2589,33 @@ def test_lists_and_arrays_passed_as_one_object_or_two(nb: Shell) -> None:
         assert not diff(got, want), f"call {k + 1}: {diff(got, want)}"
     (entry,) = nb.ns["dl"].entries
     assert entry.builds == 1, (entry.builds, entry.last_event)
+
+
+@pytest.mark.parametrize(
+    "helper",
+    [
+        "@functools.lru_cache\ndef scale(v):\n    return 2.0",
+        "import ctypes\nscale = ctypes.CDLL(None).abs",
+    ],
+    ids=["lru_cache", "ctypes"],
+)
+def test_a_callee_that_stopped_the_walk_rebound_plainly_is_built_again(
+    ip: Shell, helper: str
+) -> None:
+    """A callee no guard can read (an ``lru_cache``'d helper, a C function) makes the
+    derivative run plain autograd; rebinding that name to plain code must send it to a
+    build again, not leave it on autograd for ever with the old reason (hunt 40)."""
+    ip.run(PRELUDE + "import functools")
+    ip.run(helper)
+    ip.run(
+        "def g(x):\n    return np.sin(x) * float(scale(2))\n"
+        "def h(x):\n    return np.sum(g(x))\n"
+        "x0 = np.array([0.1, 0.2, 0.3])\ndh = grad(h)\ndh(x0); dh(x0); dh(x0)"
+    )
+    (entry,) = ip.ns["ipyrefresh"].status()["entries"]
+    assert entry["runs"] == ["plain autograd"]
+    ip.run("def scale(v):\n    return 3.0")
+    assert "fresh" not in states(ip, "dh")
+    check(ip, "dh(x0)", "autograd.grad(h)(x0)", 3)
+    (entry,) = ip.ns["ipyrefresh"].status()["entries"]
+    assert entry["runs"] != ["plain autograd"] and not entry["fallback"], entry

@@ -285,7 +285,7 @@ def _dynamic(walker: Walker, log: CallLog) -> None:
             if not head.startswith("<") and type(globs) is dict:
                 walker.global_name(globs, head, _prefix(globs) + head)  # covers C.m too
             if code not in walker.covered:
-                walker.code_reads(code, globs, qual)
+                walker.code_reads(code, globs, qual, log.builtins.get(code))
         # A closure made before this run must have been reached as a function, whose
         # cells are checked; its factory's code (what walking ``make`` covers) is not its
         # closure. Reached through a C wrapper (np.frompyfunc, cmp_to_key), it is not.

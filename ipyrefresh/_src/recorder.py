@@ -62,6 +62,9 @@ class CallLog:
     """
 
     calls: dict[tuple[CodeType | None, CodeType], dict[str, Any]] = field(default_factory=dict)
+    #: The builtins each code ran with (a function's own, fixed when it was made: not
+    #: necessarily its globals' ``__builtins__`` now).
+    builtins: dict[CodeType, Any] = field(default_factory=dict)
     effects: list[str] = field(default_factory=list)
     #: Modules imported by a computed name (``importlib.import_module(name)``).
     imports: set[str] = field(default_factory=set)
@@ -85,6 +88,7 @@ class CallLog:
         key = (caller, code)
         if key not in self.calls:
             self.calls[key] = frame.f_globals
+            self.builtins.setdefault(code, frame.f_builtins)
 
     def add_import(self, frame: FrameType) -> None:
         """``importlib.import_module(name, package)`` starting in ``frame``."""

@@ -294,14 +294,23 @@ class Walker:
                     self.klass(cls, f"{_type_name(cls)} (a key of argument {i})")
 
     def global_name(
-        self, globs: Mapping[str, Any], name: str, label: str, builtin: bool = True
+        self,
+        globs: Mapping[str, Any],
+        name: str,
+        label: str,
+        builtin: bool = True,
+        builtins_ns: Any = None,
     ) -> None:
         """A name loaded by user code from ``globs`` (falling back to the builtins unless
-        ``builtin`` is False: a module attribute)."""
+        ``builtin`` is False: a module attribute). ``builtins_ns``: the builtins the code
+        runs with, if known (a function's own, fixed when it was made); else those its
+        globals name now."""
         if type(globs) is not dict:
             raise Unguardable(f"{label} is read from a namespace that is not a dict")
         key = (id(globs), name)
         if key in self._names:
+            if builtin and builtins_ns is not None and name not in globs:
+                self._builtin_name(globs, name, builtins_ns)  # (other code, own builtins)
             return
         self._names.add(key)
         self._keep.append(globs)
@@ -329,15 +338,21 @@ class Walker:
                     else Identity(label, value, ChangeKind.REDEFINED)
                 )
             else:
-                node = self.walk(value, label)
+                node = self._walk_or_watch(globs, name, value, label)
             self.env_root(NameReader(globs, name), node)
             return
         self.env_root(NameReader(globs, name), Absent(label))
-        if not builtin:
-            return
-        b = dict.get(globs, "__builtins__", builtins)
+        if builtin:
+            self._builtin_name(globs, name, builtins_ns)
+
+    def _builtin_name(self, globs: dict[str, Any], name: str, builtins_ns: Any) -> None:
+        """``name``, absent from ``globs``, read from the builtins (``builtins_ns``, or
+        those ``globs`` names now)."""
+        b = dict.get(globs, "__builtins__", builtins) if builtins_ns is None else builtins_ns
         bdict = b.__dict__ if type(b) is ModuleType else b
-        if type(bdict) is dict and (id(bdict), name) not in self._names:
+        if type(bdict) is not dict:
+            raise Unguardable(f"{name} is read from builtins that are not a dict")
+        if (id(bdict), name) not in self._names:
             self._names.add((id(bdict), name))
             found = bdict.get(name, MISSING)
             # (the code names it itself: its facts say how it reads, see ``code_reads``)
@@ -348,8 +363,21 @@ class Walker:
             node = Identity(name, found) if own else self.walk(found, name)
             self.env_root(NameReader(bdict, name), node)
 
-    def code_reads(self, code: CodeType, globs: Mapping[str, Any], label: str) -> None:
-        """The globals and module attributes that user ``code`` loads."""
+    def _walk_or_watch(self, globs: dict[str, Any], name: str, value: Any, label: str) -> Node:
+        """The walk of a global's value. One that stops the walk still leaves its binding
+        watched: a build that runs plain autograd for it tries again when it is rebound
+        (an ``lru_cache``'d helper redefined plainly)."""
+        try:
+            return self.walk(value, label)
+        except Unguardable:
+            self.env_root(NameReader(globs, name), Identity(label, value, ChangeKind.REDEFINED))
+            raise
+
+    def code_reads(
+        self, code: CodeType, globs: Mapping[str, Any], label: str, builtins_ns: Any = None
+    ) -> None:
+        """The globals and module attributes that user ``code`` loads (``builtins_ns``:
+        the builtins it runs with, if known)."""
         if type(globs) is not dict:
             raise Unguardable(f"{label} is read from a namespace that is not a dict")
         facts = codefacts.facts(code)
@@ -359,7 +387,7 @@ class Walker:
         outer, self._source = self._source, label
         try:
             for name in sorted(facts.globals):
-                self.global_name(globs, name, prefix + name)
+                self.global_name(globs, name, prefix + name, builtins_ns=builtins_ns)
                 value = dict.get(globs, name, MISSING)
                 if type(value) is FunctionType and codefacts.is_user_code(value.__code__):
                     self.guard.edges[(label, prefix + name)] = "static"  # (recursion too)
@@ -642,7 +670,7 @@ class Walker:
         attrs = self._map_labelled(fn.__dict__, lambda k: f"{label}.{k}")
         node = Function(label, fn, defaults, kwdefaults, tuple(cells), attrs)
         if user:
-            self.code_reads(code, fn.__globals__, label)
+            self.code_reads(code, fn.__globals__, label, getattr(fn, "__builtins__", None))
         return node
 
     def _map_labelled(self, mapping: dict[str, Any], name: Callable[[str], str]) -> Map:
