@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sys
 
+import autograd
+import autograd.numpy
 import pytest
 
 from ipyrefresh._src import targets
@@ -25,6 +27,7 @@ def probe(fun=None, argnum=0, **kw):
         None if fast is None else _targets._read_site(fast),
         _targets._executing_site(frame, fun),
         _targets.passed_expression(frame, fun),
+        _targets._bytecode_site(frame),
     ))
     return lambda *a: probes
 class M:
@@ -67,7 +70,7 @@ def test_the_fast_reading_names_what_executing_names(ip: Shell, cell: str) -> No
     ip.run(cell)
     probes = ip.ns["probes"]
     assert probes, "the probe did not run"
-    for fast, slow, used in probes:
+    for fast, slow, used, _ in probes:
         if sys.version_info >= (3, 11) and CELLS[cell]:
             assert fast is not None, "the fast reading did not answer"
             assert slow is not None
@@ -78,12 +81,53 @@ def test_the_fast_reading_names_what_executing_names(ip: Shell, cell: str) -> No
             assert used == slow
 
 
-def test_a_cell_whose_source_is_not_kept_is_read_by_executing(ip: Shell) -> None:
-    """``exec`` of a string: no source for the fast reading (nor for ``executing``)."""
+#: A cell run without its source kept (``%%time``, ``exec``): (cell, the path its
+#: instructions name, or None where they cannot tell).
+SOURCELESS = {
+    "%%time\nd = probe(h)": ("h",),
+    "%%time\nd = probe(m.loss)": ("m", "loss"),
+    "%%prun -q\nd = probe(h)": ("h",),
+    "exec('d = probe(h)')": ("h",),
+    "exec('d = probe(m.loss)(1.0)')": ("m", "loss"),
+    "%%time\nd = probe(fun=h)": None,
+    "%%time\nd = probe(h, 0)": None,
+    "%%time\nd = probe(fs[0])": None,
+    "%%time\nd = probe(lambda x: x)": None,
+    "%%time\nfor h in fs:\n    d = probe(h)": None,
+    "%%time\nd = [probe(f) for f in fs]": None,
+}
+
+
+@pytest.mark.parametrize("cell", list(SOURCELESS))
+def test_a_cell_without_source_is_read_from_its_instructions(ip: Shell, cell: str) -> None:
     ip.run(PROBE)
-    ip.run("exec('d = probe(h)')")
-    (fast, slow, used), *_ = ip.ns["probes"]
-    assert fast is None and used == slow
+    ip.run(cell)
+    probes = ip.ns["probes"]
+    assert probes, "the probe did not run"
+    want = SOURCELESS[cell] if sys.version_info >= (3, 11) else None
+    for fast, slow, used, code in probes:
+        assert fast is None and slow is None  # (neither source reading has any source)
+        assert (code.path if code is not None else None) == want
+        assert used == code
+
+
+def test_a_handle_made_in_a_timed_cell_follows_its_name(ip: Shell) -> None:
+    """``%%time`` keeps no source: ``def f`` and ``grad(f)`` in one such cell made a fixed
+    target (the name is bound by the cell itself, so no guess could take it), and ``g2 =
+    g; grad(g2)`` followed ``g`` (hunt 40)."""
+    if sys.version_info < (3, 11):
+        pytest.skip("the instructions are read on Python 3.11+")
+    ip.run("import autograd, autograd.numpy as np\nfrom ipyrefresh import grad")
+    ip.run("%%time\ndef f(x):\n    return np.sin(x)\ndf = grad(f)\nr1 = df(0.3)")
+    ip.run("%%time\ndef g(x):\n    return x ** 2\ng2 = g\ndg = grad(g2)\ns1 = dg(0.3)")
+    ip.run("def f(x):\n    return x ** 3")
+    ip.run("def g2(x):\n    return x ** 4")
+    ip.run("r2, s2 = df(0.3), dg(0.3)")
+    ns = ip.ns
+    assert ns["r1"] == autograd.grad(lambda x: autograd.numpy.sin(x))(0.3)
+    assert ns["r2"] == autograd.grad(ns["f"])(0.3)
+    assert ns["s1"] == autograd.grad(lambda x: x**2)(0.3)
+    assert ns["s2"] == autograd.grad(ns["g2"])(0.3)
 
 
 def test_handles_made_by_the_fast_reading_follow_their_names(ip: Shell) -> None:

@@ -240,7 +240,8 @@ def passed_expression(frame: FrameType, fun: Any) -> CallSite | None:
     call = _cell_call(frame)
     if call is not None:
         return _read_site(call)
-    return _executing_site(frame, fun)
+    site = _executing_site(frame, fun)
+    return site if site is not None else _bytecode_site(frame)
 
 
 def _executing_site(frame: FrameType, fun: Any) -> CallSite | None:
@@ -291,6 +292,44 @@ def _cell_call(frame: FrameType) -> ast.Call | None:
     except (StopIteration, ValueError, SyntaxError, UnicodeDecodeError):
         return None
     return tree.body if isinstance(tree.body, ast.Call) else None
+
+
+def _bytecode_site(frame: FrameType) -> CallSite | None:
+    """The name a top-level call with one argument and no source passed (``%%time`` and
+    ``exec`` compile cells without keeping their source), read from the instructions
+    that loaded it: ``LOAD_NAME f`` (then ``LOAD_ATTR loss``...) right before the call.
+    None when the call runs in a loop or passes anything else (Python 3.11+)."""
+    code = frame.f_code
+    lasti = frame.f_lasti
+    if code.co_name != "<module>" or sys.version_info < (3, 11) or lasti < 0:
+        return None
+    if _in_loop(code, lasti):
+        return None
+    # (the last instruction at or before ``lasti``: on 3.11 ``lasti`` is the CALL's
+    # last inline cache entry, which ``get_instructions`` does not list)
+    before = [ins for ins in dis.get_instructions(code) if ins.offset <= lasti]
+    if not before or before[-1].opname != "CALL" or before[-1].arg != 1:
+        return None
+    k = len(before) - 2
+    if k >= 0 and before[k].opname == "PRECALL":  # (3.11)
+        k -= 1
+    attrs: list[str] = []
+    # (the low bit of 3.12+'s LOAD_ATTR, and of LOAD_GLOBAL, pushes a method or a NULL
+    # for a call: not a plain value)
+    while k >= 0 and before[k].opname == "LOAD_ATTR" and _plain_load(before[k]):
+        attrs.append(str(before[k].argval))
+        k -= 1
+    if k < 0 or before[k].opname not in ("LOAD_NAME", "LOAD_GLOBAL"):
+        return None
+    if not _plain_load(before[k]):
+        return None
+    return CallSite((str(before[k].argval), *reversed(attrs)))
+
+
+def _plain_load(ins: dis.Instruction) -> bool:
+    if ins.opname == "LOAD_GLOBAL" or (ins.opname == "LOAD_ATTR" and sys.version_info >= (3, 12)):
+        return not (ins.arg or 0) & 1
+    return True
 
 
 #: Python 3.11+'s backward jumps (``JUMP_BACKWARD``, 3.11's ``POP_JUMP_BACKWARD_IF_TRUE``
