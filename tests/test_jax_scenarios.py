@@ -875,6 +875,67 @@ def test_side_effects_every_call_right(jp: Shell, case: str, transform: str) -> 
     assert all(e["fallback"] for e in status_of(jp, "df"))
 
 
+#: Functions that keep what they compute in objects they did not make: (setup, the
+#: expression of what they kept). Under jax.jit's trace those would keep tracers.
+KEEPERS = {
+    "global key split": (
+        "key = jax.random.PRNGKey(0)\n"
+        "def f(x):\n    global key\n    key, sub = jax.random.split(key)\n"
+        "    return jnp.sum(x * jax.random.normal(sub, (3,)))",
+        "key",
+    ),
+    "key in a dict": (
+        "S = {'key': jax.random.PRNGKey(0)}\n"
+        "def f(x):\n    S['key'], sub = jax.random.split(S['key'])\n"
+        "    return jnp.sum(x * jax.random.normal(sub, (3,)))",
+        "S['key']",
+    ),
+    "key on an object": (
+        "class K: pass\nk = K()\nk.key = jax.random.PRNGKey(0)\n"
+        "def f(x):\n    k.key, sub = jax.random.split(k.key)\n"
+        "    return jnp.sum(x * jax.random.normal(sub, (3,)))",
+        "k.key",
+    ),
+    "nonlocal key": (
+        "def make():\n    key = jax.random.PRNGKey(0)\n"
+        "    def f(x):\n        nonlocal key\n        key, sub = jax.random.split(key)\n"
+        "        return jnp.sum(x * jax.random.normal(sub, (3,)))\n"
+        "    return f, lambda: key\n"
+        "f, kept = make()",
+        "kept()",
+    ),
+    "memo filled lazily": (
+        "CACHE = {}\n"
+        "def basis():\n    if 'm' not in CACHE:\n        CACHE['m'] = jnp.cos(jnp.arange(3.0))\n"
+        "    return CACHE['m']\n"
+        "def f(x):\n    return jnp.sum(jnp.sin(x) * basis())",
+        "CACHE['m']",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(KEEPERS))
+@pytest.mark.parametrize("transform", ["grad", "value_and_grad"])
+def test_what_the_function_keeps_holds_no_tracers(jp: Shell, case: str, transform: str) -> None:
+    """A handle's first call traced the function under jax.jit, which left tracers in
+    the objects it stores into: every later call (and the user's own JAX on them)
+    raised ``UnexpectedTracerError`` (hunt 41). Each call must answer what jax.grad does
+    from the same state, and leave concrete arrays, as jax.grad does."""
+    setup, kept = KEEPERS[case]
+    jp.run(setup)
+    want = [jp.run(f"jax.{transform}(f)(x)") for _ in range(3)]
+    kept_want = jp.run(kept)
+    jp.run(setup)  # the same state again, for the handle
+    jp.run(f"df = rj.{transform}(f)")
+    for k in range(3):
+        got = jp.run("df(x)")
+        assert jp.run(f"isinstance({kept}, jax.Array) and not isinstance({kept}, jax.core.Tracer)")
+        d = differ(got, want[k])
+        assert not d, f"call {k + 1}: {d}"
+    d = differ(jp.run(kept), kept_want)
+    assert not d, d
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="open (issue 13): the function changes what it reads, so its guard fails and it "
@@ -1882,19 +1943,31 @@ def test_pytree_meta_field_changed_in_place(jp: Shell) -> None:
         check(jp, "dfQ(qq, x).w", "jax.grad(fQ)(qq, x).w", what=f"after qq.aux.k = {k}")
 
 
-def test_default_prng_implementation_changed(jp: Shell) -> None:
-    """jax.jit's cache does not key on jax_default_prng_impl; the handle's guard does."""
-    old = jax.config.jax_default_prng_impl
+@pytest.mark.parametrize(
+    ("setting", "value", "draw"),
+    [
+        ("jax_default_prng_impl", "rbg", "normal"),
+        ("jax_high_dynamic_range_gumbel", True, "gumbel"),  # (hunt 41)
+    ],
+)
+def test_a_random_setting_changed(jp: Shell, setting: str, value: Any, draw: str) -> None:
+    """jax.jit's cache does not key on these settings; the handle's guard does."""
+    if not hasattr(jax.config, setting):
+        pytest.skip(f"{setting}: not a setting of this JAX")
+    old = getattr(jax.config, setting)
     try:
         jp.run(
             "def rl(x):\n    k = jax.random.PRNGKey(0)\n"
-            "    return jnp.sum(x * jax.random.normal(k, x.shape))\ndrl = rj.grad(rl)"
+            f"    return jnp.sum(x * jax.random.{draw}(k, x.shape))\n"
+            "drl = rj.grad(rl)\njrl = rj.jit(rl)"
         )
-        check(jp, "drl(x)", "jax.grad(rl)(x)", what="threefry")
-        jp.run("jax.config.update('jax_default_prng_impl', 'rbg')")
-        check(jp, "drl(x)", "jax.grad(rl)(x)", what="rbg")
+        check(jp, "drl(x)", "jax.grad(rl)(x)", what="before")
+        check(jp, "jrl(x)", "jax.jit(lambda v: rl(v))(x)", what="before")
+        jp.run(f"jax.config.update({setting!r}, {value!r})")
+        check(jp, "drl(x)", "jax.grad(rl)(x)", what=f"{setting} = {value!r}")
+        check(jp, "jrl(x)", "jax.jit(lambda v: rl(v))(x)", what=f"{setting} = {value!r}")
     finally:
-        jax.config.update("jax_default_prng_impl", old)
+        jax.config.update(setting, old)
 
 
 # -- arguments as unjitted JAX sees them (hunt 13) ----------------------------------------

@@ -63,6 +63,8 @@ class _Walked:
     #: Why the guard cannot hold all the function reads ("" if it can).
     unguardable: str = ""
     failure: Exception | None = None
+    #: The user code the walk reached (the function's, its callees', closures').
+    codes: frozenset[CodeType] = frozenset()
 
 
 def check_differentiable(fn: Any, label: str) -> None:
@@ -97,8 +99,10 @@ def run_build(
     before, before_error = walked.guard, walked.unguardable
     rngs = [("numpy.random", _GLOBAL_RNG), ("random", _PY_RANDOM), *before.rngs]
     states = [_rng_state(g) for _, g in rngs]
+    # (a walk that stopped saw only part of the code: it may write anything)
+    may_write = bool(before_error) or any(codefacts.facts(c).may_write() for c in walked.codes)
     with record() as log:
-        traced = compiler.trace(fn, request, args, kwargs)
+        traced = compiler.trace(fn, request, args, kwargs, may_write=may_write)
     result = traced.answer()
     effects = list(log.effects)
     for (name, gen), state in zip(rngs, states, strict=True):
@@ -110,6 +114,12 @@ def run_build(
         if changed is not None:
             effects.append(f"changes {changed.subject} while it runs")
     effects += _stores(log)
+    if traced.retrace is not None and not effects and not before_error:
+        # The run that answered changed nothing: the compiling trace may run the code
+        # again (before the walk below, so that the guard holds what it read).
+        second = traced.retrace()
+        traced.compile, traced.unsupported = second.compile, second.unsupported
+        traced.primitives = [*traced.primitives, *second.primitives]
     after = _walk(fn, label, request, args, kwargs, log)
     guard, unguardable = after.guard, after.unguardable
     failure = walked.failure or after.failure
@@ -222,6 +232,7 @@ def _walk(
         if log is not None:
             _dynamic(walker, log)
         walker.finish()
+        codes = frozenset(walker.covered)
     except Unguardable as exc:
         return _stopped(guard, fn, label, str(exc))
     except RecursionError:
@@ -231,7 +242,7 @@ def _walk(
         # an ``__getattribute__`` serving only the names the function reads).
         why = f"ipyrefresh failed to read what it reads ({type(exc).__name__}: {exc})"
         return _stopped(guard, fn, label, why, exc)
-    return _Walked(guard)
+    return _Walked(guard, codes=codes)
 
 
 def _stopped(

@@ -83,6 +83,14 @@ class CodeFacts:
     #: String constants that are identifiers: attribute names used through ``getattr(x,
     #: 'name')``, ``attrgetter('name')`` or ``object.__getattribute__(x, 'name')``.
     const_names: frozenset[str]
+    #: It (or code nested in it) stores an item or attribute of some object, or calls a
+    #: method that changes its object in place (``log.append``, ``memo.setdefault``): of a
+    #: local object or not, the code does not say.
+    writes_objects: bool = False
+
+    def may_write(self) -> bool:
+        """Whether running it may change anything outside its own frame."""
+        return self.stores_globals or bool(self.stores_free) or self.writes_objects
 
 
 _cache: WeakKeyDictionary[CodeType, CodeFacts] = WeakKeyDictionary()
@@ -106,6 +114,7 @@ def _scan(code: CodeType) -> CodeFacts:
     dynamic = False
     introspects = False
     const_names: set[str] = set()
+    writes = False
     stack = [(code, True)]
     while stack:
         co, own = stack.pop()
@@ -141,6 +150,8 @@ def _scan(code: CodeType) -> CodeFacts:
                     loaded.update(v if isinstance(v, tuple) else (v,))
             elif name == "IMPORT_FROM":
                 attrs.add(op.argval)
+            elif name in _STORE_OBJECT:
+                writes = True
             elif name in _STORE_GLOBAL and own:
                 stores_globals = True
             elif name in _STORE_DEREF and own and op.argval in co.co_freevars:
@@ -161,7 +172,47 @@ def _scan(code: CodeType) -> CodeFacts:
         introspects=introspects,
         loaded_locals=frozenset(loaded),
         const_names=frozenset(const_names),
+        writes_objects=writes or not _MUTATORS.isdisjoint(attrs),
     )
+
+
+_STORE_OBJECT = frozenset(
+    {"STORE_SUBSCR", "DELETE_SUBSCR", "STORE_ATTR", "DELETE_ATTR", "STORE_SLICE"}
+)
+#: Methods of the builtin containers (and files, queues) that change their object. Not
+#: ``add`` and ``update``: in JAX code they are functional (``x.at[i].add(v)``, optax's
+#: ``opt.update``); ``s.add``/``d.update`` on a global still change what the code reads.
+_MUTATORS = frozenset(
+    {
+        "append",
+        "extend",
+        "insert",
+        "pop",
+        "popitem",
+        "popleft",
+        "appendleft",
+        "remove",
+        "clear",
+        "setdefault",
+        "discard",
+        "sort",
+        "reverse",
+        "rotate",
+        "__setitem__",
+        "__delitem__",
+        "__setattr__",
+        "__delattr__",
+        "__iadd__",
+        "put",
+        "put_nowait",
+        "write",
+        "send",
+        "fill",
+        "resize",
+        "itemset",
+        "setfield",
+    }
+)
 
 
 _CHAIN_SKIP = frozenset({"CACHE", "PUSH_NULL", "EXTENDED_ARG", "NOP"})

@@ -53,7 +53,13 @@ class AutogradCompiler:
     needs_guard = False
 
     def trace(
-        self, fn: Any, request: Request, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        fn: Any,
+        request: Request,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        may_write: bool = False,  # (its one run is autograd's: nothing leaks from it)
     ) -> Traced:
         return Traced(reference(fn, request, args, kwargs), unsupported="plain autograd")
 

@@ -107,6 +107,9 @@ class Traced:
     primitives: list[Any] = field(default_factory=list)
     detail: str = ""
     finish: Callable[[], Any] | None = None
+    #: For a run made only to answer (the code might change objects outside it): the
+    #: compiling trace, a second run the build makes only if this one changed nothing.
+    retrace: Callable[[], Traced] | None = None
 
     def answer(self) -> Any:
         """The run's result (finished first, once, if it has a ``finish``)."""
@@ -125,8 +128,17 @@ class Compiler(Protocol):
     needs_guard: bool
 
     def trace(
-        self, fn: Any, request: Request, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Traced: ...
+        self,
+        fn: Any,
+        request: Request,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        may_write: bool = False,
+    ) -> Traced:
+        """One run of ``fn`` (its answer) and how to compile it. ``may_write``: the code
+        the build could see before running it may change objects outside it."""
+        ...
 
     def fallback(self, request: Request, guard: Guard, why: str) -> Variant: ...
 

@@ -74,6 +74,7 @@ _CONFIG = (
     "jax_debug_infs",
     "jax_disable_jit",
     "jax_legacy_prng_key",  # (whether a raw uint32 key is accepted, warned about or refused)
+    "jax_high_dynamic_range_gumbel",  # (other draws; jax.jit's fast path does not key on it)
     *_TRANSFER_GUARDS,
 )
 
@@ -601,7 +602,13 @@ class JaxCompiler:
         return functools.partial(self._user_context, ("ipyrefresh build", next(self._builds)))
 
     def trace(
-        self, fn: Any, request: Request, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        fn: Any,
+        request: Request,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        may_write: bool = False,
     ) -> Traced:
         code = getattr(fn, "__code__", None) if type(fn) is FunctionType else None
         unread = unread_arguments(code, len(args), tuple(kwargs))[0] if code else frozenset()
@@ -622,6 +629,33 @@ class JaxCompiler:
             with context():
                 result = reference(fn, request, args, kwargs)
             return Traced(result, unsupported=checking)
+        if handles and may_write:
+            # Code that may store into objects it did not make (``global key; key, sub =
+            # split(key)``, a memo dict) would leave jax.jit's tracers in them (hunt 41):
+            # unjitted JAX answers, changing them as the user's own jax.grad does, and
+            # jax.jit traces only a second run, made if the first changed nothing.
+            with context():
+                result = reference(fn, request, args, kwargs)
+            again = functools.partial(
+                self._compiled, fn, request, plan, args, kwargs, context, diff, unread
+            )
+            return Traced(result, retrace=again)
+        return self._compiled(fn, request, plan, args, kwargs, context, diff, unread)
+
+    def _compiled(
+        self,
+        fn: Any,
+        request: Request,
+        plan: _Plan,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        context: Callable[[], Any],
+        diff: tuple[int, ...],
+        unread: frozenset[int],
+    ) -> Traced:
+        """``fn`` traced under ``jax.jit`` as ``plan`` splits it, else with the arguments
+        jax.jit rejected made constants, else run unjitted (with the reason)."""
+        options, handles = request.options, plan.handles
         retry = True
         rejected: Exception
         try:

@@ -103,7 +103,13 @@ class TapeCompiler:
     needs_guard = True
 
     def trace(
-        self, fn: Any, request: Request, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        fn: Any,
+        request: Request,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        may_write: bool = False,  # (its one run is autograd's: nothing leaks from it)
     ) -> Traced:
         if request.transform is Transform.JIT:
             raise TypeError("jit needs the JAX backend (ipyrefresh.jax.jit)")
