@@ -243,10 +243,10 @@ def test_cells_that_make_handles_do_not_keep_their_parsed_source(ip: Any) -> Non
     # (the 64 cells kept: 2.4 MiB on 3.11, 3.4 MiB on 3.10; unbounded, 300 cells: 14 MiB)
     assert grown < 6 * 2**20, f"{grown / 2**20:.1f} MiB of parsed cells kept over 300 cells"
     # What ipyrefresh read from the trees goes with them (one site a cell here, or a few).
-    from ipyrefresh._src import targets
+    from ipyrefresh._src import callsite
 
-    kept = len(targets._SITE) + len(targets._SITES_IN)
-    assert 0 < kept <= 3 * targets._CELLS_KEPT, f"call sites of {kept} nodes kept"
+    kept = len(callsite._SITE) + len(callsite._SITES_IN)
+    assert 0 < kept <= 3 * callsite._CELLS_KEPT, f"call sites of {kept} nodes kept"
 
 
 def test_per_cell_work_does_not_grow_with_the_number_of_derivatives(ip: Any) -> None:

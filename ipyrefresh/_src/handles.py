@@ -114,7 +114,13 @@ class Derivative:
         self.backend = backend  # None: the configured backend at each call
         self.options = options
         self._engine = engine
-        self.target: Target = engine.target(target or target_for(fun, frame))
+        if target is None:
+            try:
+                target = target_for(fun, frame)
+            except Exception as exc:  # (reading the call site failed: the object itself)
+                engine.internal_error("reading the call site", exc, label_of(fun))
+                target = FixedTarget(fun, label_of(fun))
+        self.target: Target = engine.target(target)
         # A fixed target is kept alive by its handle, as autograd's grad(f) keeps f.
         self._fun = fun if isinstance(self.target, FixedTarget) else None
         engine.hold(self.target)
