@@ -2122,6 +2122,19 @@ CASES = [
         "bd['C'] += 1.5",
     ),
     C(
+        "builtins_of_code_made_as_the_function_runs",
+        """
+        import builtins
+        B1 = dict(builtins.__dict__, C=1.0)
+        ns2 = {'__builtins__': B1, 'np': np}
+        exec("def f(x):\\n    return [C * np.sin(x) for i in (0,)][0] + (lambda: C)() * x", ns2)
+        f = ns2['f']
+        x = 0.5
+        dh = grad(f)
+        """,
+        "ns2['__builtins__'] = dict(ns2['__builtins__'], C=ns2['__builtins__']['C'] + 1.0)",
+    ),
+    C(
         "builtins_a_dict_subclass",
         """
         class BD(dict):

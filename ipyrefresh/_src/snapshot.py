@@ -346,9 +346,20 @@ class Walker:
             self._builtin_name(globs, name, builtins_ns)
 
     def _builtin_name(self, globs: dict[str, Any], name: str, builtins_ns: Any) -> None:
-        """``name``, absent from ``globs``, read from the builtins (``builtins_ns``, or
-        those ``globs`` names now)."""
-        b = dict.get(globs, "__builtins__", builtins) if builtins_ns is None else builtins_ns
+        """``name``, absent from ``globs``, read from the builtins: a function's own
+        (``builtins_ns``), and those ``globs`` names now, which code made as it runs (a
+        comprehension on 3.11, a lambda) takes when it is made (hunt 42)."""
+        current = dict.get(globs, "__builtins__", builtins)
+        if builtins_ns is not None:
+            if (id(globs), "__builtins__") not in self._names and "__builtins__" in globs:
+                self._names.add((id(globs), "__builtins__"))
+                label = f"{_ns_prefix(globs)}__builtins__"
+                self.env_root(NameReader(globs, "__builtins__"), Identity(label, current))
+            if current is not builtins_ns:
+                self._builtin_name_in(current, name)
+        self._builtin_name_in(current if builtins_ns is None else builtins_ns, name)
+
+    def _builtin_name_in(self, b: Any, name: str) -> None:
         bdict = b.__dict__ if type(b) is ModuleType else b
         if type(bdict) is not dict:
             raise Unguardable(f"{name} is read from builtins that are not a dict")
