@@ -69,6 +69,9 @@ CELLS = {
     "def mk():\n    return probe(h)\nd = mk()": False,
     "@probe\ndef dh(x):\n    return x": False,
     "ds = list(map(probe, (h, k)))": True,  # (hunt 42: the tuple is no name: fixed)
+    "kw = {}\nd = probe(h, **kw)": True,  # (hunt 43: CALL_FUNCTION_EX)
+    "kw = {'argnum': 0}\nd = probe(m.loss, **kw)": True,
+    "args = (h,)\nd = probe(*args)": True,
     "d1, d2 = map(probe, (h, k))": False,
 }
 
@@ -109,9 +112,14 @@ SOURCELESS: dict[str, tuple[str, ...] | type[Ellipsis] | None] = {
     "%%time\nd = list(map(probe, (h, k)))": None,
     "%%time\nd1, d2 = map(probe, (h, k))": None,  # (no call: unpacking calls it)
     "%%time\nfor d in map(probe, (h, k)):\n    pass": None,
-    "%%time\nfor h in fs:\n    d = probe(h)": ...,
-    "%%time\nfor fn in fs:\n    d = probe(fn)\n    break": ...,
-    "%%time\nd = [probe(f) for f in fs]": ...,
+    "%%time\nfor h in fs:\n    d = probe(h)": None,  # (hunt 43: a loop variable is fixed)
+    "%%time\nfor fn in [h, k]:\n    d = probe(fn)": None,
+    "%%time\nfor fn in fs:\n    d = probe(fn)\n    break": None,
+    "%%time\nd = [probe(f) for f in fs]": None,
+    "%%time\nfor j in range(2):\n    d = probe(h)": ("h",),  # (not what the loop binds)
+    "exec('def mk():\\n    return probe(h)\\nd = mk()')": ("h",),  # (hunt 43: in a def)
+    "%%time\n" + "".join(f"a{i} = {i}\n" for i in range(300)) + "d = probe(h)": ("h",),
+    "%%time\nkw = {}\nd = probe(h, **kw)": ("h",),
 }
 
 

@@ -877,7 +877,7 @@ def test_side_effects_every_call_right(jp: Shell, case: str, transform: str) -> 
 
 #: Functions that keep what they compute in objects they did not make: (setup, the
 #: expression of what they kept). Under jax.jit's trace those would keep tracers.
-KEEPERS = {
+STORERS = {
     "global key split": (
         "key = jax.random.PRNGKey(0)\n"
         "def f(x):\n    global key\n    key, sub = jax.random.split(key)\n"
@@ -904,6 +904,33 @@ KEEPERS = {
         "f, kept = make()",
         "kept()",
     ),
+    "key by dict.update": (  # (hunt 43: writes the scan of the code missed)
+        "S = {'key': jax.random.PRNGKey(0)}\n"
+        "def f(x):\n    k, sub = jax.random.split(S['key'])\n    S.update(key=k)\n"
+        "    return jnp.sum(x * jax.random.normal(sub, (3,)))",
+        "S['key']",
+    ),
+    "key by setattr": (
+        "class K: pass\nk = K()\nk.key = jax.random.PRNGKey(0)\n"
+        "def f(x):\n    nk, sub = jax.random.split(k.key)\n    setattr(k, 'key', nk)\n"
+        "    return jnp.sum(x * jax.random.normal(sub, (3,)))",
+        "k.key",
+    ),
+    "key by operator.setitem": (
+        "import operator\nS = {'key': jax.random.PRNGKey(0)}\n"
+        "def f(x):\n    nk, sub = jax.random.split(S['key'])\n    operator.setitem(S, 'key', nk)\n"
+        "    return jnp.sum(x * jax.random.normal(sub, (3,)))",
+        "S['key']",
+    ),
+    "key in a module found as it runs": (
+        "import importlib, sys, types\nkm = types.ModuleType('ipyr_keymod')\n"
+        "exec('import jax\\nclass KS: pass\\nKS.key = jax.random.PRNGKey(0)\\n'\n"
+        "     'def next_key():\\n    KS.key, sub = jax.random.split(KS.key)\\n    return sub', "
+        "km.__dict__)\nsys.modules['ipyr_keymod'] = km\n"
+        "def f(x):\n    sub = importlib.import_module('ipyr_keymod').next_key()\n"
+        "    return jnp.sum(x * jax.random.normal(sub, (3,)))",
+        "km.KS.key",
+    ),
     "memo filled lazily": (
         "CACHE = {}\n"
         "def basis():\n    if 'm' not in CACHE:\n        CACHE['m'] = jnp.cos(jnp.arange(3.0))\n"
@@ -914,14 +941,14 @@ KEEPERS = {
 }
 
 
-@pytest.mark.parametrize("case", list(KEEPERS))
+@pytest.mark.parametrize("case", list(STORERS))
 @pytest.mark.parametrize("transform", ["grad", "value_and_grad"])
 def test_what_the_function_keeps_holds_no_tracers(jp: Shell, case: str, transform: str) -> None:
     """A handle's first call traced the function under jax.jit, which left tracers in
     the objects it stores into: every later call (and the user's own JAX on them)
     raised ``UnexpectedTracerError`` (hunt 41). Each call must answer what jax.grad does
     from the same state, and leave concrete arrays, as jax.grad does."""
-    setup, kept = KEEPERS[case]
+    setup, kept = STORERS[case]
     jp.run(setup)
     want = [jp.run(f"jax.{transform}(f)(x)") for _ in range(3)]
     kept_want = jp.run(kept)

@@ -114,9 +114,15 @@ def run_build(
         if changed is not None:
             effects.append(f"changes {changed.subject} while it runs")
     effects += _stores(log)
+    if traced.retrace is not None:
+        unseen = [c for c in log.codes if c not in walked.codes and codefacts.facts(c).may_write()]
+        if unseen:
+            effects.append(f"{codefacts.qualname(unseen[0])}, found as it ran, may write")
     if traced.retrace is not None and not effects and not before_error:
-        # The run that answered changed nothing: the compiling trace may run the code
-        # again (before the walk below, so that the guard holds what it read).
+        # The run that answered changed nothing the guard read, and no code the walk
+        # before it could not see may have written elsewhere (a module reached by a
+        # computed name): the compiling trace may run the code again (before the walk
+        # below, so that the guard holds what it read).
         second = traced.retrace()
         traced.compile, traced.unsupported = second.compile, second.unsupported
         traced.primitives = [*traced.primitives, *second.primitives]

@@ -9,9 +9,13 @@ expression is a fixed object. Three readings, the cheapest that can be trusted f
 * ``executing`` (the library IPython's tracebacks use): the whole cell's or file's tree,
   which also tells loop variables (``for fn in fs: grad(fn)``: each handle means its own
   function);
-* without source (``%%time``, ``exec``) or with source that cannot be trusted (a cell
-  whose lines IPython split where Python does not, a cell name shared by every cell), the
-  instructions that pushed the call's arguments (Python 3.11+, outside loops).
+* without source (``%%time``, ``exec``), or where the source disagrees with the code, the
+  instructions that pushed the call's arguments (Python 3.11+).
+
+Each source reading must agree with those instructions (read backwards from the code's
+bytes): a cell whose kept lines are not its own (IPython splits them at a form feed or
+U+2028, where Python does not; nbclient's ``IPYKERNEL_CELL_NAME`` keeps every cell under
+one name, so a cell that runs another finds the other's text) gives another line's call.
 
 None of them: the caller guesses (``targets._by_identity``).
 """
@@ -21,7 +25,6 @@ from __future__ import annotations
 import ast
 import dis
 import linecache
-import os
 import re
 import sys
 import weakref
@@ -47,22 +50,15 @@ def passed_expression(
     ``means(path)``: whether a name (chain) means the function now, for ``executing``'s
     reading of a line of several statements it cannot tell apart (the one call on it
     whose argument means the function is taken, if there is exactly one)."""
-    trusted = _trusted_source(frame.f_code)
-    if trusted:
-        call = _cell_call(frame)
-        if call is not None:
-            return _read_site(call)
-        site = _executing_site(frame, means)
-        if site is not None:
-            return site
-    return _bytecode_site(frame)
+    call = _cell_call(frame)
+    if call is not None:
+        return _read_site(call)
+    site = _executing_site(frame, means)
+    return site if site is not None else _bytecode_site(frame)
 
 
 # -- the cell's source ----------------------------------------------------------------
 
-#: Line breaks of ``str.splitlines`` that Python's tokenizer does not break lines at:
-#: IPython keeps a cell's lines split at them, one off from the code's line numbers.
-_OTHER_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 #: A loop anywhere in a cell (or a word that looks like one): its call sites are read by
 #: ``executing``, whose tree tells a loop's variables (a loop that breaks at once leaves
 #: no backward jump in the code).
@@ -76,17 +72,6 @@ def _cell_source(code: CodeType) -> list[str] | None:
         return None  # (a file, or a lazily read module)
     lines: list[str] = cached[2]
     return lines
-
-
-def _trusted_source(code: CodeType) -> bool:
-    """Whether the source Python's line cache holds for ``code`` is its own, line for
-    line: not a cell with other line breaks (a form feed, U+2028), and not a cell under a
-    name every cell shares (nbclient runs ipykernel with ``IPYKERNEL_CELL_NAME``, so a
-    cell that runs another one, ``%rerun``, finds the other's source under its name)."""
-    if code.co_filename == os.environ.get("IPYKERNEL_CELL_NAME"):
-        return False
-    lines = _cell_source(code)
-    return lines is None or not any(_OTHER_BREAKS.search(line) for line in lines)
 
 
 def _cell_call(frame: FrameType) -> ast.Call | None:
@@ -129,7 +114,8 @@ def _agrees(frame: FrameType, call: ast.Call) -> bool:
     code = frame.f_code
     pushed = _passed(code, _decoded_before(code, frame.f_lasti))
     path = _argument_path(call)
-    return pushed == path or (pushed is ... and path is None)
+    # (a call's form not read here, ``f(*args)``: the source is taken as it is)
+    return pushed is _UNKNOWN or pushed == path or (pushed is ... and path is None)
 
 
 def _executing_site(frame: FrameType, means: Callable[[tuple[str, ...]], bool]) -> CallSite | None:
@@ -165,31 +151,67 @@ def _unique_site(statements: Any, means: Callable[[tuple[str, ...]], bool]) -> C
 
 
 def _bytecode_site(frame: FrameType) -> CallSite | None:
-    """The call site read from the instructions that pushed the call's arguments, at a
-    top level (a cell, ``exec``'d code) outside loops, Python 3.11+: an argument loaded
-    by name (``name``, ``name.attr``) gives its path; a constant or a computed one (``k
-    if c else h``, ``map(grad, fs)``'s tuple) is a fixed object. None when a loop runs the
-    call (a loop variable is no name to follow: the caller's guess knows them)."""
+    """The call site read from the instructions that pushed the call's arguments, Python
+    3.11+: an argument loaded by name (``name``, ``name.attr``) gives its path; a constant
+    or a computed one (``k if c else h``, ``map(grad, fs)``'s tuple) is a fixed object, and
+    so is a name the code rebinds when a loop runs the call (a loop variable: each handle
+    means its own function). None when the call's form cannot be read."""
     code = frame.f_code
     lasti = frame.f_lasti
-    if code.co_name != "<module>" or sys.version_info < (3, 11) or lasti < 0:
+    if sys.version_info < (3, 11) or lasti < 0:
         return None
     listed = list(dis.get_instructions(code))
     # (the last instruction at or before ``lasti``: on 3.11 ``lasti`` is the CALL's
-    # last inline cache entry, which ``get_instructions`` does not list)
-    before = [
-        _Ins(i.opname, i.arg or 0, i.argval, i.is_jump_target) for i in listed if i.offset <= lasti
-    ]
+    # last inline cache entry, which ``get_instructions`` does not list; EXTENDED_ARG
+    # prefixes are folded into the instruction they extend, where a jump lands on them)
+    before: list[_Ins] = []
+    landed = False
+    for i in listed:
+        if i.offset > lasti:
+            break
+        if i.opname == "EXTENDED_ARG":
+            landed = landed or i.is_jump_target
+            continue
+        before.append(_Ins(i.opname, i.arg or 0, i.argval, i.is_jump_target or landed))
+        landed = False
     if not before:
         return None
-    if before[-1].opname not in ("CALL", "CALL_KW"):
+    if before[-1].opname not in _CALLS:
         # The function came through C code this instruction ran (``dh, dk = map(grad,
         # fs)``, ``for d in map(grad, fs)``): it passed no name.
         return CallSite(None)
-    if _in_loop(listed, lasti):
-        return None
     path = _passed(code, before)
-    return CallSite(None if path is ... else path)  # (a computed argument: fixed)
+    if path is _UNKNOWN:
+        return None
+    if path is ...:
+        return CallSite(None)  # (a computed argument: fixed)
+    if path is not None and _in_loop(listed, lasti) and path[0] in _rebound_names(code):
+        return CallSite(None)
+    return CallSite(path)
+
+
+#: ``_passed``: the call's form is not one read here (``f(*args)``, ``f(**{...})``).
+_UNKNOWN: Any = object()
+_CALLS = frozenset({"CALL", "CALL_KW", "CALL_FUNCTION_EX"})
+_STORES = frozenset(
+    {"STORE_NAME", "STORE_GLOBAL", "STORE_FAST", "STORE_DEREF", "DELETE_NAME", "DELETE_GLOBAL"}
+    | {"DELETE_FAST", "DELETE_DEREF", "STORE_FAST_STORE_FAST", "STORE_FAST_LOAD_FAST"}
+)
+
+
+def _rebound_names(code: CodeType) -> set[str]:
+    """Names ``code`` (or code nested in it: comprehensions before 3.12) assigns or
+    deletes."""
+    out: set[str] = set()
+    todo = [code]
+    while todo:
+        c = todo.pop()
+        for ins in dis.get_instructions(c):
+            if ins.opname in _STORES:
+                value = ins.argval
+                out.update(value if isinstance(value, tuple) else (str(value),))
+        todo.extend(k for k in c.co_consts if isinstance(k, CodeType))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,22 +224,24 @@ class _Ins:
     target: bool  # a jump lands on it (False: not known)
 
 
-def _passed(code: CodeType, before: list[_Ins]) -> tuple[str, ...] | EllipsisType | None:
+def _passed(code: CodeType, before: list[_Ins]) -> Any:
     """Given the instructions up to a call (the call last): the path of the argument it
     passes as the function (the first positional one, or ``fun=``/``f=``/``fn=``), None
-    for a constant, ``...`` when they cannot be read as simple arguments."""
+    for a constant, ``...`` for a computed one (``_UNKNOWN``: a form not read here)."""
     if not before:
-        return ...
+        return _UNKNOWN
     call = before[-1]
     k = len(before) - 2
     if call.target:  # (``f(c or h)``: a jump from inside the arguments)
         return ...
     names: tuple[str, ...] = ()
+    if call.opname == "CALL_FUNCTION_EX":
+        return _passed_unpacked(call, before, k)
     if call.opname == "CALL_KW" and k >= 0 and type(before[k].argval) is tuple:  # (3.13)
         names = before[k].argval
         k -= 1
     elif call.opname != "CALL":
-        return ...
+        return _UNKNOWN
     if k >= 0 and before[k].opname == "PRECALL" and not before[k].target:  # (3.11)
         k -= 1
     if k >= 0 and before[k].opname == "KW_NAMES" and not before[k].target:  # (3.11, 3.12)
@@ -225,7 +249,7 @@ def _passed(code: CodeType, before: list[_Ins]) -> tuple[str, ...] | EllipsisTyp
         k -= 1
     count = call.arg
     if type(names) is not tuple or count < len(names):
-        return ...
+        return _UNKNOWN
     arguments: list[tuple[str, ...] | None] = []
     for _ in range(count):
         k, expression = _simple_expression(before, k)
@@ -241,6 +265,32 @@ def _passed(code: CodeType, before: list[_Ins]) -> tuple[str, ...] | EllipsisTyp
         if name in ("fun", "f", "fn"):
             chosen = expression
     return chosen
+
+
+def _passed_unpacked(call: _Ins, before: list[_Ins], k: int) -> Any:
+    """``f(h, **kw)``, ``rj.jit(step, **opts)`` (``CALL_FUNCTION_EX``): the positional
+    arguments built into a tuple, then a mapping by name; other forms are not read."""
+    if call.arg & 1:  # (keywords: ``**kw`` copied into a new dict, ``BUILD_MAP 0; kw;
+        # DICT_MERGE 1``, or a mapping by name)
+        merged = k >= 0 and before[k].opname == "DICT_MERGE" and before[k].arg == 1
+        k, mapping = _simple_expression(before, k - 1 if merged else k)
+        if mapping is ... or k < 0:
+            return _UNKNOWN
+        if merged:
+            if before[k].opname != "BUILD_MAP" or before[k].arg != 0 or before[k].target:
+                return _UNKNOWN
+            k -= 1
+    if k < 0 or before[k].opname != "BUILD_TUPLE" or before[k].target:
+        return _UNKNOWN
+    count = before[k].arg
+    k -= 1
+    arguments = []
+    for _ in range(count):
+        k, expression = _simple_expression(before, k)
+        if expression is ...:
+            return ...
+        arguments.append(expression)
+    return arguments[-1] if arguments else _UNKNOWN
 
 
 def _simple_expression(

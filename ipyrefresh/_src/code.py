@@ -89,8 +89,16 @@ class CodeFacts:
     writes_objects: bool = False
 
     def may_write(self) -> bool:
-        """Whether running it may change anything outside its own frame."""
-        return self.stores_globals or bool(self.stores_free) or self.writes_objects
+        """Whether running it may change anything outside its own frame, or run code
+        found only as it runs (by a computed name, an import), which may."""
+        return (
+            self.stores_globals
+            or bool(self.stores_free)
+            or self.writes_objects
+            or self.dynamic_namespace
+            or not _WRITING_NAMES.isdisjoint(self.globals)
+            or any(chain[0].startswith("import:") for chain in self.chains)
+        )
 
 
 _cache: WeakKeyDictionary[CodeType, CodeFacts] = WeakKeyDictionary()
@@ -176,16 +184,29 @@ def _scan(code: CodeType) -> CodeFacts:
     )
 
 
+#: Builtins that write an object or run code found by name.
+_WRITING_NAMES = frozenset(
+    {"setattr", "delattr", "getattr", "exec", "eval", "__import__", "vars", "globals"}
+)
 _STORE_OBJECT = frozenset(
     {"STORE_SUBSCR", "DELETE_SUBSCR", "STORE_ATTR", "DELETE_ATTR", "STORE_SLICE"}
 )
-#: Methods of the builtin containers (and files, queues) that change their object. Not
-#: ``add`` and ``update``: in JAX code they are functional (``x.at[i].add(v)``, optax's
-#: ``opt.update``); ``s.add``/``d.update`` on a global still change what the code reads.
+#: Methods of the builtin containers (and files, queues) that change their object, and
+#: ``operator``'s and ``importlib``'s that write or reach other code. Not ``add``: in JAX
+#: code it is functional (``x.at[i].add(v)``); ``s.add`` on a global still changes what
+#: the code reads.
 _MUTATORS = frozenset(
     {
         "append",
         "extend",
+        "extendleft",
+        "update",
+        "__ior__",
+        "setitem",
+        "delitem",
+        "setattr",
+        "delattr",
+        "import_module",
         "insert",
         "pop",
         "popitem",

@@ -123,8 +123,11 @@ class Derivative:
         self.target: Target = engine.target(target)
         # A fixed target is kept alive by its handle, as autograd's grad(f) keeps f.
         self._fun = fun if isinstance(self.target, FixedTarget) else None
-        engine.hold(self.target)
-        weakref.finalize(self, engine.release, self.target)
+        if isinstance(self.target, FixedTarget):  # (only fixed targets count their handles)
+            engine.hold(self.target)
+            # (A followed name's target holds its namespace, which may hold this handle:
+            # the finalizer's registry would keep both alive for ever.)
+            weakref.finalize(self, engine.release, self.target)
         self._entries: dict[tuple[str, Signature], Entry] = {}
         #: The entry that last answered; its first variant (the one that answered) is tried
         #: first. Only the entry is kept: a variant it dropped must not live on here.

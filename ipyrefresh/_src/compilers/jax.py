@@ -637,7 +637,7 @@ class JaxCompiler:
             with context():
                 result = reference(fn, request, args, kwargs)
             again = functools.partial(
-                self._compiled, fn, request, plan, args, kwargs, context, diff, unread
+                self._compiled, fn, request, plan, args, kwargs, context, diff, unread, True
             )
             return Traced(result, retrace=again)
         return self._compiled(fn, request, plan, args, kwargs, context, diff, unread)
@@ -652,9 +652,11 @@ class JaxCompiler:
         context: Callable[[], Any],
         diff: tuple[int, ...],
         unread: frozenset[int],
+        answered: bool = False,
     ) -> Traced:
         """``fn`` traced under ``jax.jit`` as ``plan`` splits it, else with the arguments
-        jax.jit rejected made constants, else run unjitted (with the reason)."""
+        jax.jit rejected made constants, else run unjitted (with the reason), unless a
+        first run ``answered`` the call already."""
         options, handles = request.options, plan.handles
         retry = True
         rejected: Exception
@@ -680,8 +682,10 @@ class JaxCompiler:
             except Exception as exc:
                 rejected = exc
         # (The user's error, if unjitted JAX raises too: the caller gets that one.)
-        with context():
-            result = reference(fn, request, args, kwargs)
+        result = None
+        if not answered:
+            with context():
+                result = reference(fn, request, args, kwargs)
         if isinstance(rejected, _Mutated):
             why = "it changes its traced arguments in place (jax.jit would pass it copies)"
         else:
