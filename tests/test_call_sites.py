@@ -207,3 +207,39 @@ def test_handles_made_by_the_fast_reading_follow_their_names(ip: Shell) -> None:
     assert ip.ns["r1"] == pytest.approx(float(__import__("numpy").cos(0.3)))
     assert ip.ns["r2"] == pytest.approx(3 * 0.3**2)
     assert callsite is not None
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [
+        "h = grad(h)",
+        "%%time\nh = grad(h)",
+        "exec('h = grad(h)')",
+        "if True:\n    h = grad(h)",
+    ],
+)
+def test_a_handle_stored_under_the_name_it_was_given_holds_the_function(
+    ip: Shell, cell: str
+) -> None:
+    """``h = grad(h)`` (and JAX's ``step = rj.jit(step)``): the name then means the handle
+    itself; following it, every call recursed into the handle (hunt 44). The handle holds
+    the function the name meant, and still follows what that function reads."""
+    ip.run("import autograd, autograd.numpy as np\nfrom ipyrefresh import grad\nS = 2.0")
+    ip.run("def h(x):\n    return np.sin(x) * S\norig = h")
+    ip.run(cell)
+    ip.run("r1 = h(0.3)")
+    ip.run("S = 3.0")
+    ip.run("r2 = h(0.3)")
+    assert ip.ns["r1"] == autograd.grad(lambda x: autograd.numpy.sin(x) * 2.0)(0.3)
+    assert ip.ns["r2"] == autograd.grad(ip.ns["orig"])(0.3)
+
+
+def test_a_name_rebound_to_its_own_handle_by_unpacking_says_so(ip: Shell) -> None:
+    """``h, k = grad(h), grad(k)`` is not read as a store into ``h``: the handle follows
+    ``h``, which then means the handle. Its call says what happened, rather than recurse
+    until Python's limit."""
+    ip.run("import autograd.numpy as np\nfrom ipyrefresh import grad")
+    ip.run("def h(x):\n    return np.sin(x)\ndef k(x):\n    return np.cos(x)")
+    ip.run("h, k = grad(h), grad(k)")
+    error = ip.run_error("h(0.3)")
+    assert isinstance(error, TypeError) and "now means this derivative itself" in str(error)

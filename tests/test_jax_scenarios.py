@@ -2594,3 +2594,15 @@ def test_rj_jit_refuses_what_jax_jit_refuses(jp: Shell, options: str) -> None:
     mine = jp.run_error(f"rj.jit(step, {options})")
     theirs = jp.run_error(f"jax.jit(step, {options})")
     assert type(mine) is type(theirs) is ValueError, (mine, theirs)
+
+
+@pytest.mark.parametrize("cell", ["step = rj.jit(step)", "step = rj.grad(step)"])
+def test_a_jax_handle_stored_under_its_functions_name(jp: Shell, cell: str) -> None:
+    """JAX's most common idiom, ``step = jax.jit(step)``: with ``rj.jit`` (or ``rj.grad``)
+    the name then means the handle, and following it every call recursed (hunt 44)."""
+    jp.run("S = 2.0\ndef step(x):\n    return jnp.sum(jnp.sin(x) * S)\norig = step")
+    jp.run(cell)
+    oracle = "orig(x)" if "jit" in cell else "jax.grad(orig)(x)"  # (jax.jit(orig) is stale)
+    check(jp, "step(x)", oracle, what="made")
+    jp.run("S = 3.0")
+    check(jp, "step(x)", oracle, what="after S = 3.0")

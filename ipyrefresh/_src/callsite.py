@@ -52,9 +52,45 @@ def passed_expression(
     whose argument means the function is taken, if there is exactly one)."""
     call = _cell_call(frame)
     if call is not None:
-        return _read_site(call)
-    site = _executing_site(frame, means)
-    return site if site is not None else _bytecode_site(frame)
+        site: CallSite | None = _read_site(call)
+    else:
+        site = _executing_site(frame, means)
+        if site is None:
+            site = _bytecode_site(frame)
+    path = site.path if site is not None else None
+    if path is not None and len(path) == 1 and _stored_into(frame) == path[0]:
+        # ``h = grad(h)``, ``step = rj.jit(step)``: the name will mean the handle itself;
+        # it differentiates the function the name means now.
+        return CallSite(None)
+    return site
+
+
+def _stored_into(frame: FrameType) -> str | None:
+    """The name the call's result is stored into right after it (``name = call(...)``),
+    read from the code's bytes after the call (Python 3.11+)."""
+    if sys.version_info < (3, 11) or frame.f_lasti < 0:
+        return None
+    code = frame.f_code
+    raw = code.co_code
+    i = frame.f_lasti // 2 + 1
+    arg = 0
+    while 2 * i < len(raw):
+        op = raw[2 * i]
+        if op == _CACHE:
+            i += 1
+            continue
+        if op == _EXTENDED_ARG:
+            arg = (arg << 8) | raw[2 * i + 1]
+            i += 1
+            continue
+        name = dis.opname[op]
+        arg = (arg << 8) | raw[2 * i + 1]
+        if name in ("STORE_NAME", "STORE_GLOBAL"):
+            return code.co_names[arg] if arg < len(code.co_names) else None
+        if name in ("STORE_FAST", "STORE_DEREF"):
+            return _local_name(code, arg)
+        return None
+    return None
 
 
 # -- the cell's source ----------------------------------------------------------------
@@ -160,7 +196,7 @@ def _bytecode_site(frame: FrameType) -> CallSite | None:
     lasti = frame.f_lasti
     if sys.version_info < (3, 11) or lasti < 0:
         return None
-    listed = list(dis.get_instructions(code))
+    listed = _instructions(code)
     # (the last instruction at or before ``lasti``: on 3.11 ``lasti`` is the CALL's
     # last inline cache entry, which ``get_instructions`` does not list; EXTENDED_ARG
     # prefixes are folded into the instruction they extend, where a jump lands on them)
@@ -190,6 +226,20 @@ def _bytecode_site(frame: FrameType) -> CallSite | None:
     return CallSite(path)
 
 
+def _instructions(code: CodeType) -> list[dis.Instruction]:
+    """``code``'s instructions, disassembled once per code object (a long cell run without
+    source that makes many handles: 70 ms each at 3,000 lines)."""
+    found = _DISASSEMBLED.get(code)
+    if found is None:
+        found = _DISASSEMBLED[code] = list(dis.get_instructions(code))
+    return found
+
+
+_DISASSEMBLED: weakref.WeakKeyDictionary[CodeType, list[dis.Instruction]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 #: ``_passed``: the call's form is not one read here (``f(*args)``, ``f(**{...})``).
 _UNKNOWN: Any = object()
 _CALLS = frozenset({"CALL", "CALL_KW", "CALL_FUNCTION_EX"})
@@ -206,7 +256,7 @@ def _rebound_names(code: CodeType) -> set[str]:
     todo = [code]
     while todo:
         c = todo.pop()
-        for ins in dis.get_instructions(c):
+        for ins in _instructions(c):
             if ins.opname in _STORES:
                 value = ins.argval
                 out.update(value if isinstance(value, tuple) else (str(value),))

@@ -136,6 +136,12 @@ class Derivative:
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         fn = self.target.resolve()
+        if fn is self:
+            raise TypeError(
+                f"{self.label}: the name '{self.target.label}' now means this derivative "
+                "itself (rebound to it, as in 'h, k = grad(h), grad(k)'); make the "
+                "derivative under another name, or rebind the name to the function"
+            )
         backend = self.backend or self._engine.config.backend
         if backend == "jax" and not self._told_traced and _traced_by_jax(args):
             self._told_traced = True
