@@ -243,3 +243,14 @@ def test_a_name_rebound_to_its_own_handle_by_unpacking_says_so(ip: Shell) -> Non
     ip.run("h, k = grad(h), grad(k)")
     error = ip.run_error("h(0.3)")
     assert isinstance(error, TypeError) and "now means this derivative itself" in str(error)
+
+
+def test_an_attribute_stored_with_its_own_handle_holds_the_function(ip: Shell) -> None:
+    """``N.f = grad(N.f)`` (and ``t.step = rj.jit(t.step)``): as ``h = grad(h)``, the
+    attribute then means the handle (hunt 45)."""
+    ip.run("import autograd, autograd.numpy as np, types\nfrom ipyrefresh import grad\nS = 2.0")
+    ip.run("N = types.SimpleNamespace()\ndef f(x):\n    return np.sin(x) * S\nN.f = f\norig = f")
+    ip.run("N.f = grad(N.f)")
+    ip.run("r1 = N.f(0.3)\nS = 3.0\nr2 = N.f(0.3)")
+    assert ip.ns["r1"] == autograd.grad(lambda x: autograd.numpy.sin(x) * 2.0)(0.3)
+    assert ip.ns["r2"] == autograd.grad(ip.ns["orig"])(0.3)

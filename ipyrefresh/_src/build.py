@@ -114,7 +114,7 @@ def run_build(
         if changed is not None:
             effects.append(f"changes {changed.subject} while it runs")
     effects += _stores(log)
-    if traced.retrace is not None:
+    if traced.retrace is not None and not before_error:  # (a stopped walk says why)
         unseen = [c for c in log.codes if c not in walked.codes and codefacts.facts(c).may_write()]
         if unseen:
             effects.append(f"{codefacts.qualname(unseen[0])}, found as it ran, may write")
@@ -122,8 +122,13 @@ def run_build(
         # The run that answered changed nothing the guard read, and no code the walk
         # before it could not see may have written elsewhere (a module reached by a
         # computed name): the compiling trace may run the code again (before the walk
-        # below, so that the guard holds what it read).
+        # below, so that the guard holds what it read). Compiled, it answers this call
+        # as it will answer the next ones (jax.jit's bits, not unjitted JAX's).
         second = traced.retrace()
+        if second.compile is not None and not second.unsupported:
+            compiled = second.answer()
+            if not second.unsupported:
+                result = compiled
         traced.compile, traced.unsupported = second.compile, second.unsupported
         traced.primitives = [*traced.primitives, *second.primitives]
     after = _walk(fn, label, request, args, kwargs, log)

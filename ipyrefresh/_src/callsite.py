@@ -28,7 +28,7 @@ import linecache
 import re
 import sys
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from types import CodeType, EllipsisType, FrameType
@@ -58,39 +58,60 @@ def passed_expression(
         if site is None:
             site = _bytecode_site(frame)
     path = site.path if site is not None else None
-    if path is not None and len(path) == 1 and _stored_into(frame) == path[0]:
-        # ``h = grad(h)``, ``step = rj.jit(step)``: the name will mean the handle itself;
-        # it differentiates the function the name means now.
+    if path is not None and _stored_into(frame) == path:
+        # ``h = grad(h)``, ``step = rj.jit(step)``, ``m.f = grad(m.f)``: the name will mean
+        # the handle itself; it differentiates the function the name means now.
         return CallSite(None)
     return site
 
 
-def _stored_into(frame: FrameType) -> str | None:
-    """The name the call's result is stored into right after it (``name = call(...)``),
-    read from the code's bytes after the call (Python 3.11+)."""
-    if sys.version_info < (3, 11) or frame.f_lasti < 0:
+def _stored_into(frame: FrameType) -> tuple[str, ...] | None:
+    """The name (or ``name.attr`` chain) the call's result is stored into right after it
+    (``name = call(...)``, ``obj.attr = call(...)``), read from the code's bytes after the
+    call."""
+    if frame.f_lasti < 0:
         return None
     code = frame.f_code
-    raw = code.co_code
-    i = frame.f_lasti // 2 + 1
-    arg = 0
-    while 2 * i < len(raw):
-        op = raw[2 * i]
-        if op == _CACHE:
-            i += 1
-            continue
-        if op == _EXTENDED_ARG:
-            arg = (arg << 8) | raw[2 * i + 1]
-            i += 1
-            continue
-        name = dis.opname[op]
-        arg = (arg << 8) | raw[2 * i + 1]
-        if name in ("STORE_NAME", "STORE_GLOBAL"):
-            return code.co_names[arg] if arg < len(code.co_names) else None
-        if name in ("STORE_FAST", "STORE_DEREF"):
-            return _local_name(code, arg)
-        return None
+    chain: list[str] = []
+    for opname, arg in _instructions_after(code, frame.f_lasti // 2 + 1):
+        if not chain:
+            if opname in ("STORE_NAME", "STORE_GLOBAL"):
+                return (code.co_names[arg],) if arg < len(code.co_names) else None
+            if opname in ("STORE_FAST", "STORE_DEREF"):
+                name = _stored_local(code, opname, arg)
+                return None if name is None else (name,)
+            if opname not in _NAME_LOADS:
+                return None
+            name = _argval(code, opname, arg)
+            if type(name) is not str:
+                return None
+            chain.append(name)
+        elif opname == "LOAD_ATTR" and _plain_load(_Ins(opname, arg, None, False)):
+            chain.append(str(_argval(code, opname, arg)))
+        elif opname == "STORE_ATTR":
+            return (*chain, code.co_names[arg]) if arg < len(code.co_names) else None
+        else:
+            return None
+        if len(chain) > 16:
+            return None
     return None
+
+
+def _instructions_after(code: CodeType, unit: int) -> Iterator[tuple[str, int]]:
+    """(opname, argument) of the instructions from code unit ``unit`` on, decoded from
+    the code's bytes: inline caches skipped, ``EXTENDED_ARG`` folded in."""
+    raw = code.co_code
+    arg = 0
+    while 2 * unit < len(raw):
+        op, byte = raw[2 * unit], raw[2 * unit + 1]
+        unit += 1
+        if op == _CACHE:
+            continue
+        arg = (arg << 8) | byte
+        if op == _EXTENDED_ARG:
+            continue
+        yield dis.opname[op], arg
+        arg = 0
 
 
 # -- the cell's source ----------------------------------------------------------------
@@ -113,9 +134,8 @@ def _cell_source(code: CodeType) -> list[str] | None:
 def _cell_call(frame: FrameType) -> ast.Call | None:
     """The call a cell's top level is making, parsed from its own source span alone (the
     instruction's position, Python 3.11+), in a cell without loops; None: ask
-    ``executing``. Only a cell's code: IPython keeps its source, which cannot change
-    under its name (a module's file on disk may have changed since it was imported). The
-    names the span passes must be names the code loads."""
+    ``executing``. Only a cell's code (a module's file on disk may have changed since it
+    was imported), and only where the span agrees with the code's instructions."""
     code = frame.f_code
     if code.co_name != "<module>" or sys.version_info < (3, 11) or frame.f_lasti < 0:
         return None
@@ -406,8 +426,12 @@ def _argval(code: CodeType, opname: str, arg: int) -> Any:
     try:
         if opname in ("LOAD_CONST", "KW_NAMES"):
             return code.co_consts[arg]
-        if opname == "LOAD_GLOBAL" or (opname == "LOAD_ATTR" and sys.version_info >= (3, 12)):
+        if (opname == "LOAD_GLOBAL" and sys.version_info >= (3, 11)) or (
+            opname == "LOAD_ATTR" and sys.version_info >= (3, 12)
+        ):
             return code.co_names[arg >> 1]
+        if opname == "LOAD_GLOBAL":  # (3.10)
+            return code.co_names[arg]
         if opname in ("LOAD_NAME", "LOAD_ATTR", "LOAD_METHOD"):
             return code.co_names[arg]
         if opname in ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_DEREF", "LOAD_CLASSDEREF"):
@@ -431,6 +455,14 @@ def _local_name(code: CodeType, index: int) -> str | None:
     return names[index] if index < len(names) else None
 
 
+def _stored_local(code: CodeType, opname: str, index: int) -> str | None:
+    """The variable a STORE_FAST or STORE_DEREF stores into (3.10 numbers cells apart)."""
+    if opname == "STORE_DEREF" and sys.version_info < (3, 11):
+        cells = (*code.co_cellvars, *code.co_freevars)
+        return cells[index] if index < len(cells) else None
+    return _local_name(code, index)
+
+
 #: What pushes the callee (or its NULL, or ``self``) right before a call's arguments.
 _CALLEE_PUSHES = frozenset(
     {"LOAD_NAME", "LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD", "LOAD_DEREF", "LOAD_FAST"}
@@ -441,7 +473,9 @@ _CALLEE_PUSHES = frozenset(
 def _plain_load(ins: _Ins) -> bool:
     """A load of a value (the low bit of LOAD_GLOBAL, and of 3.12+'s LOAD_ATTR, pushes a
     NULL or a method for a call instead)."""
-    if ins.opname == "LOAD_GLOBAL" or (ins.opname == "LOAD_ATTR" and sys.version_info >= (3, 12)):
+    if (ins.opname == "LOAD_GLOBAL" and sys.version_info >= (3, 11)) or (
+        ins.opname == "LOAD_ATTR" and sys.version_info >= (3, 12)
+    ):
         return not ins.arg & 1
     return True
 

@@ -159,7 +159,8 @@ def _scan(code: CodeType) -> CodeFacts:
             elif name == "IMPORT_FROM":
                 attrs.add(op.argval)
             elif name in _STORE_OBJECT:
-                writes = True
+                # (``self.n = n`` in ``__init__``: the object being made, no one else's)
+                writes = writes or not (own and _initialises(co, ins, i))
             elif name in _STORE_GLOBAL and own:
                 stores_globals = True
             elif name in _STORE_DEREF and own and op.argval in co.co_freevars:
@@ -188,6 +189,24 @@ def _scan(code: CodeType) -> CodeFacts:
 _WRITING_NAMES = frozenset(
     {"setattr", "delattr", "getattr", "exec", "eval", "__import__", "vars", "globals"}
 )
+
+
+def _initialises(code: CodeType, ins: list[dis.Instruction], i: int) -> bool:
+    """``ins[i]`` stores an attribute of the object an ``__init__`` is making: its object
+    was loaded from the first argument just before it."""
+    if ins[i].opname != "STORE_ATTR" or code.co_name not in _INITIALISERS or i == 0:
+        return False
+    if not code.co_argcount or not code.co_varnames:
+        return False
+    loaded = ins[i - 1]
+    if loaded.opname not in ("LOAD_FAST", "LOAD_FAST_LOAD_FAST", "LOAD_FAST_CHECK"):
+        return False
+    value = loaded.argval
+    last = value[-1] if isinstance(value, tuple) else value
+    return bool(last == code.co_varnames[0])
+
+
+_INITIALISERS = frozenset({"__init__", "__post_init__"})
 _STORE_OBJECT = frozenset(
     {"STORE_SUBSCR", "DELETE_SUBSCR", "STORE_ATTR", "DELETE_ATTR", "STORE_SLICE"}
 )
