@@ -241,7 +241,7 @@ def _bytecode_site(frame: FrameType) -> CallSite | None:
         return None
     if path is ...:
         return CallSite(None)  # (a computed argument: fixed)
-    if path is not None and _in_loop(listed, lasti) and path[0] in _rebound_names(code):
+    if path is not None and _in_loop(listed, lasti) and path[0] in rebound_names(code):
         return CallSite(None)
     return CallSite(path)
 
@@ -269,15 +269,15 @@ _STORES = frozenset(
 )
 
 
-def _rebound_names(code: CodeType) -> set[str]:
+def rebound_names(code: CodeType, stores: frozenset[str] = _STORES) -> set[str]:
     """Names ``code`` (or code nested in it: comprehensions before 3.12) assigns or
-    deletes."""
+    deletes by the instructions ``stores`` (every kind of variable, by default)."""
     out: set[str] = set()
     todo = [code]
     while todo:
         c = todo.pop()
         for ins in _instructions(c):
-            if ins.opname in _STORES:
+            if ins.opname in stores:
                 value = ins.argval
                 out.update(value if isinstance(value, tuple) else (str(value),))
         todo.extend(k for k in c.co_consts if isinstance(k, CodeType))

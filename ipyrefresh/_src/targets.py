@@ -10,14 +10,13 @@ weakly by the cache.
 
 from __future__ import annotations
 
-import dis
 import sys
 import weakref
 from collections.abc import Callable
-from types import CodeType, FrameType, FunctionType, MethodType, ModuleType
+from types import FrameType, FunctionType, MethodType, ModuleType
 from typing import Any
 
-from .callsite import passed_expression
+from .callsite import passed_expression, rebound_names
 from .keys import TargetKey
 from .nodes import MISSING
 
@@ -197,7 +196,7 @@ def _by_identity(frame: FrameType, fun: Any) -> Target | None:
     namespace = frame.f_locals  # (a new snapshot at each read in an inlined comprehension)
     if namespace is not ns and namespace is frame.f_locals:
         return None
-    rebound = _rebound_names(code)
+    rebound = rebound_names(code, _GLOBAL_STORES)
     names = [
         k
         for k, v in list(ns.items())
@@ -207,18 +206,7 @@ def _by_identity(frame: FrameType, fun: Any) -> Target | None:
 
 
 _COMPREHENSION_CODE = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>"})  # run at once
-_STORES = frozenset({"STORE_NAME", "STORE_GLOBAL", "DELETE_NAME", "DELETE_GLOBAL"})
-
-
-def _rebound_names(code: CodeType) -> set[str]:
-    """Global names ``code`` (or code nested in it) assigns or deletes."""
-    out: set[str] = set()
-    todo = [code]
-    while todo:
-        c = todo.pop()
-        out.update(str(i.argval) for i in dis.get_instructions(c) if i.opname in _STORES)
-        todo.extend(k for k in c.co_consts if isinstance(k, CodeType))
-    return out
+_GLOBAL_STORES = frozenset({"STORE_NAME", "STORE_GLOBAL", "DELETE_NAME", "DELETE_GLOBAL"})
 
 
 def caller_frame(depth: int) -> FrameType | None:
