@@ -27,7 +27,7 @@ from autograd.tracer import Box, getval
 
 from . import code as codefacts
 from .changes import ChangeKind
-from .compilers.base import Compiler, Request, Variant
+from .compilers.base import Compiler, Request, Traced, Variant
 from .entry import BuildInfo
 from .guard import Guard
 from .nodes import MISSING, Function, Identity, Method, Mismatch, Node, Ref
@@ -95,43 +95,105 @@ def run_build(
         why = "called inside another autograd computation"
         variant = compiler.fallback(request, Guard(), why)
         return Outcome(variant.run(fn, args, kwargs), variant, BuildInfo(note=why), "built")
-    walked = _walk(fn, label, request, args, kwargs, None)
-    before, before_error = walked.guard, walked.unguardable
-    rngs = [("numpy.random", _GLOBAL_RNG), ("random", _PY_RANDOM), *before.rngs]
-    states = [_rng_state(g) for _, g in rngs]
-    # (a walk that stopped saw only part of the code: it may write anything)
-    may_write = bool(before_error) or any(codefacts.facts(c).may_write() for c in walked.codes)
-    with record() as log:
-        traced = compiler.trace(fn, request, args, kwargs, may_write=may_write)
-    result = traced.answer()
-    effects = list(log.effects)
-    for (name, gen), state in zip(rngs, states, strict=True):
-        if _rng_state(gen) != state:
-            effects.append(f"draws random numbers ({name})")
-    changed = None
-    if not before_error:
-        changed = before.check_interpreted(fn, args, kwargs)
-        if changed is not None:
-            effects.append(f"changes {changed.subject} while it runs")
-    effects += _stores(log)
-    if traced.retrace is not None and not before_error:  # (a stopped walk says why)
-        unseen = [c for c in log.codes if c not in walked.codes and codefacts.facts(c).may_write()]
-        if unseen:
-            effects.append(f"{codefacts.qualname(unseen[0])}, found as it ran, may write")
-    if traced.retrace is not None and not effects and not before_error:
-        # The run that answered changed nothing the guard read, and no code the walk
-        # before it could not see may have written elsewhere (a module reached by a
-        # computed name): the compiling trace may run the code again (before the walk
-        # below, so that the guard holds what it read). Compiled, it answers this call
-        # as it will answer the next ones (jax.jit's bits, not unjitted JAX's).
+    call = _Call(fn, label, request, args, kwargs)
+    walked = _walk(call, None)  # 1
+    run = _Run.recorded(compiler, call, walked)  # 2, 3
+    run.compile_again(walked)
+    after = _walk(call, run.log)  # 4
+    return _decide(compiler, call, walked, run, after, drawn_between_calls)  # 5
+
+
+@dataclass(frozen=True)
+class _Call:
+    """The call a build answers."""
+
+    fn: Any
+    label: str
+    request: Request
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+@dataclass
+class _Run:
+    """The build's run (step 2) and what it did that a compiled replay would not (3)."""
+
+    traced: Traced
+    result: Any
+    log: CallLog
+    #: The random generators whose states were taken before the run, with those states.
+    rngs: list[tuple[str, Any]]
+    states: list[Any]
+    effects: list[str]
+    #: What the run changed of what the walk before it read (None: nothing, or that walk
+    #: stopped and could not tell).
+    changed: Mismatch | None
+
+    @classmethod
+    def recorded(
+        cls,
+        compiler: Compiler,
+        call: _Call,
+        walked: _Walked,
+    ) -> _Run:
+        fn, args, kwargs = call.fn, call.args, call.kwargs
+        before, stopped = walked.guard, walked.unguardable
+        rngs = [("numpy.random", _GLOBAL_RNG), ("random", _PY_RANDOM), *before.rngs]
+        states = [_rng_state(g) for _, g in rngs]
+        # (a walk that stopped saw only part of the code: it may write anything)
+        may_write = bool(stopped) or any(codefacts.facts(c).may_write() for c in walked.codes)
+        with record() as log:
+            traced = compiler.trace(fn, call.request, args, kwargs, may_write=may_write)
+        result = traced.answer()
+        effects = list(log.effects)
+        for (name, gen), state in zip(rngs, states, strict=True):
+            if _rng_state(gen) != state:
+                effects.append(f"draws random numbers ({name})")
+        changed = None
+        if not stopped:
+            changed = before.check_interpreted(fn, args, kwargs)
+            if changed is not None:
+                effects.append(f"changes {changed.subject} while it runs")
+        effects += _stores(log)
+        if traced.retrace is not None and not stopped:  # (a stopped walk says why)
+            unseen = [
+                c for c in log.codes if c not in walked.codes and codefacts.facts(c).may_write()
+            ]
+            if unseen:
+                effects.append(f"{codefacts.qualname(unseen[0])}, found as it ran, may write")
+        return cls(traced, result, log, rngs, states, effects, changed)
+
+    def compile_again(self, walked: _Walked) -> None:
+        """For a run made only to answer (its code may write outside itself): the
+        compiling trace, if that run changed nothing the guard read and no code the walk
+        before it could not see (a module reached by a computed name) may have written
+        elsewhere. Made before the walk after the run, so that the guard holds what it
+        read. Compiled, it answers this call as it will answer the next ones (jax.jit's
+        bits, not unjitted JAX's)."""
+        traced = self.traced
+        if traced.retrace is None or self.effects or walked.unguardable:
+            return
         second = traced.retrace()
         if second.compile is not None and not second.unsupported:
             compiled = second.answer()
             if not second.unsupported:
-                result = compiled
+                self.result = compiled
         traced.compile, traced.unsupported = second.compile, second.unsupported
         traced.primitives = [*traced.primitives, *second.primitives]
-    after = _walk(fn, label, request, args, kwargs, log)
+
+
+def _decide(
+    compiler: Compiler,
+    call: _Call,
+    walked: _Walked,
+    run: _Run,
+    after: _Walked,
+    drawn_between_calls: bool,
+) -> Outcome:
+    """Step 5: the guard of what the run read, and the variant that answers under it."""
+    fn, args, kwargs, request = call.fn, call.args, call.kwargs, call.request
+    before, before_error = walked.guard, walked.unguardable
+    traced, log, effects, changed = run.traced, run.log, run.effects, run.changed
     guard, unguardable = after.guard, after.unguardable
     failure = walked.failure or after.failure
     if before_error and not unguardable:
@@ -143,7 +205,7 @@ def run_build(
     # while the guard was walked (which then took the new value).
     raced = None if before_error or changed else before.check_interpreted(fn, args, kwargs)
     guard.add(rules_of(traced.primitives))
-    known = {id(g) for _, g in rngs}
+    known = {id(g) for _, g in run.rngs}
     reached = {id(g) for _, g in guard.rngs}
     late = [name for name, g in guard.rngs if id(g) not in known]
     if late:  # its state before the run is unknown: it may have been drawn from
@@ -156,7 +218,7 @@ def run_build(
     effects += _unboxes(log)
     info = BuildInfo(
         reads=sorted(set(guard.labels)),
-        edges=_merge(guard.edges, _edges(log, fn, label)),
+        edges=_merge(guard.edges, _edges(log, fn, call.label)),
         notes=guard.notes,
     )
     if log.cut_short:
@@ -180,7 +242,7 @@ def run_build(
                 guard.unguardable = guard.unguardable or why
             variant = compiler.fallback(request, guard, why)
             event = f"built; runs {variant.describe()}: {why}"
-            return Outcome(result, variant, info, event, raced, failure)
+            return Outcome(run.result, variant, info, event, raced, failure)
         # What it read of the generators it reached (``RS.get_state()``, a
         # ``bit_generator.state``) changes whenever anyone draws: a replay holds while
         # their states are those of the run (it drew from none of them, or it would not
@@ -188,11 +250,11 @@ def run_build(
         guard.add(
             [
                 (FixedReader(Ref(gen)), _RandomState(name, state))
-                for (name, gen), state in zip(rngs, states, strict=True)
+                for (name, gen), state in zip(run.rngs, run.states, strict=True)
                 if id(gen) in reached
             ]
         )
-        return Outcome(result, traced.compile(guard), info, "built", raced)
+        return Outcome(run.result, traced.compile(guard), info, "built", raced)
     finally:
         guard.argument_arrays = []
 
@@ -219,15 +281,10 @@ def _has_box(a: Any, depth: int = 0) -> bool:
     return False
 
 
-def _walk(
-    fn: Any,
-    label: str,
-    request: Request,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    log: CallLog | None,
-) -> _Walked:
-    """The guard of everything ``fn`` reaches (and, with a log, everything that ran)."""
+def _walk(call: _Call, log: CallLog | None) -> _Walked:
+    """The guard of everything the function reaches (and, with a log, everything that
+    ran)."""
+    fn, label, request, args, kwargs = call.fn, call.label, call.request, call.args, call.kwargs
     guard = Guard()
     walker = Walker(guard)
     try:
