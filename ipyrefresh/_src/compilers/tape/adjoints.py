@@ -16,6 +16,7 @@ import ast
 import builtins
 import functools
 import inspect
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FunctionType
@@ -257,14 +258,16 @@ BINARY: dict[Any, tuple[str, str]] = {
 #: dispatch, used when one operand is a numpy object and the others are plain numbers
 #: (so the result type is the same, and no operand's own ``__add__`` or ``__radd__``
 #: answers instead of the ufunc, as it would for an object with ``__array_priority__``).
-OPERATORS: dict[Any, str] = {
-    anp.add: "{x} + {y}",
-    anp.subtract: "{x} - {y}",
-    anp.multiply: "{x} * {y}",
-    anp.divide: "{x} / {y}",
-    anp.true_divide: "{x} / {y}",
-    anp.negative: "-{x}",
+#: Commutative ones may be written with their operands swapped (see :func:`_operator`).
+OPERATORS: dict[Any, tuple[str, Callable[..., Any]]] = {
+    anp.add: ("{x} + {y}", operator.add),
+    anp.subtract: ("{x} - {y}", operator.sub),
+    anp.multiply: ("{x} * {y}", operator.mul),
+    anp.divide: ("{x} / {y}", operator.truediv),
+    anp.true_divide: ("{x} / {y}", operator.truediv),
+    anp.negative: ("-{x}", operator.neg),
 }
+_COMMUTATIVE = frozenset({anp.add, anp.multiply})
 
 
 def _is_numpy(v: Any) -> bool:
@@ -282,15 +285,94 @@ def forward(names: Names, op: Any) -> str | None:
     f = op.fun
     if (f is getitem or f is container_take) and len(op.args) == 2:
         return f"{names.arg(op, 0)}[{names.arg(op, 1)}]"
-    template = OPERATORS.get(f)
     args = op.args
-    if template is None or not any(map(_is_numpy, args)) or not all(map(_is_operand, args)):
+    if f not in OPERATORS or not any(map(_is_numpy, args)) or not all(map(_is_operand, args)):
         return None
-    if len(op.args) == 1:
+    template = _operator(f, args)
+    if template is None:
+        return None
+    if len(args) == 1:
         return template.format(x=names.arg(op, 0))
-    if len(op.args) == 2:
+    if len(args) == 2:
         return template.format(x=names.arg(op, 0), y=names.arg(op, 1))
     return None
+
+
+def _operator(f: Any, args: tuple[Any, ...]) -> str | None:
+    """The operator form of ``f`` on operands like ``args`` that gives the ufunc's bits.
+
+    An operand that is an array of one or more dimensions makes the operator call the
+    ufunc itself. Otherwise numpy's scalar math answers, which agrees with the ufunc on
+    every value except when both operands are NaN: which NaN (sign and payload) comes
+    out depends on the order its compiled code takes them in (hunt 47: ``-x * x`` at a
+    NaN gave the other sign). That order is found once per kind of operands, on NaNs of
+    those kinds, and the form that gives the ufunc's NaN is used; if none does, the ufunc.
+    """
+    if any(type(a) is np.ndarray and a.ndim for a in args):
+        return OPERATORS[f][0]
+    key = (f, *(_kind(a) for a in args))
+    if key not in _ORDERS:
+        _ORDERS[key] = _probe(f, args)
+    return _ORDERS[key]
+
+
+def _kind(a: Any) -> Any:
+    return (type(a), a.dtype) if type(a) is np.ndarray else type(a)
+
+
+#: The form found for each (primitive, kind of each operand); None: call the ufunc.
+_ORDERS: dict[tuple[Any, ...], str | None] = {}
+
+
+def _probe(f: Any, args: tuple[Any, ...]) -> str | None:
+    """The operator form (operands in order, else swapped for a commutative one) whose
+    value is the ufunc's, bit for bit, on operands of the kinds of ``args``: every pairing
+    of NaNs that differ in sign and payload, and a number."""
+    if any(np.iscomplexobj(a) for a in args):
+        return None  # (a complex product mixes its parts' NaNs: the ufunc)
+    template, op = OPERATORS[f]
+    forms: list[tuple[str, Callable[..., Any]]] = [(template, op)]
+    if f in _COMMUTATIVE:
+        forms.append((template.format(x="{y}", y="{x}"), lambda x, y: op(y, x)))
+    cases = _pairings([_nans(a) for a in args])
+    ufunc = _raw(f)
+    for form, run in forms:
+        try:
+            if all(_same_bits(run(*case), ufunc(*case)) for case in cases):
+                return form
+        except Exception:
+            return None
+    return None
+
+
+def _pairings(samples: list[list[Any]]) -> list[tuple[Any, ...]]:
+    if len(samples) == 1:
+        return [(a,) for a in samples[0]]
+    return [(a, b) for a in samples[0] for b in samples[1]]
+
+
+def _nans(a: Any) -> list[Any]:
+    """NaNs of ``a``'s kind that differ in sign and payload, with a number, or only
+    ``a`` for a kind that holds no NaN (an integer, a boolean)."""
+    t = type(a)
+    dtype = np.dtype(float) if t is float else getattr(a, "dtype", None)
+    if dtype is None or dtype.kind != "f":
+        return [a]
+    base = np.array([np.nan, -np.nan, 1.5], dtype)
+    if dtype.itemsize in (2, 4, 8):
+        base.view(f"u{dtype.itemsize}")[1] += 1  # (another payload too)
+    if t is float:
+        return [float(v) for v in base]
+    if t is np.ndarray:
+        return [np.array(v, dtype) for v in base]
+    return list(base)
+
+
+def _same_bits(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    x, y = np.asarray(a), np.asarray(b)
+    return x.dtype == y.dtype and x.tobytes() == y.tobytes()
 
 
 def adjoint(names: Names, op: Any, pos: int, g: str, ans: str) -> str | None:
