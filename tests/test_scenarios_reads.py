@@ -2148,6 +2148,97 @@ CASES = [
         """,
         "bd['C'] += 1.5",
     ),
+    # -- memory read past a view, or by its address (hunt 46) ---------------------------
+    C(
+        "view_owner_read_through_base",
+        """
+        W = onp.arange(4.0)[:2]
+        def f(x):
+            return np.sum(np.sin(x)) * onp.max(W.base)
+        x = np.linspace(0.1, 0.9, 4)
+        dh = grad(f)
+        """,
+        "W.base[3] += 50.0",
+    ),
+    C(
+        "view_owner_over_a_bytearray",
+        """
+        buf = bytearray(onp.arange(4.0).tobytes())
+        W = onp.frombuffer(buf)[:2]
+        def f(x):
+            return np.sum(W.base * np.sin(x))
+        x = np.linspace(0.1, 0.9, 4)
+        dh = grad(f)
+        """,
+        "buf[24:32] = (onp.frombuffer(buf)[3] + 50.0).tobytes()",
+    ),
+    C(
+        "as_strided_past_a_view",
+        """
+        from numpy.lib.stride_tricks import as_strided
+        B = onp.arange(8.0)
+        W = B[:2]
+        def f(x):
+            return np.sum(as_strided(W, shape=(4,), strides=(8,)) * np.sin(x))
+        x = np.linspace(0.1, 0.9, 4)
+        dh = grad(f)
+        """,
+        "B[3] += 100.0",
+    ),
+    C(
+        "c_char_p_over_a_buffer",
+        """
+        import ctypes
+        sb = ctypes.create_string_buffer(b'\\x03')
+        cp = ctypes.c_char_p(ctypes.addressof(sb))
+        def f(x):
+            return np.sum(np.sin(x) * cp.value[0])
+        x = np.linspace(0.1, 0.9, 4)
+        dh = grad(f)
+        """,
+        "sb[0] = bytes([sb[0][0] + 2])",
+    ),
+    C(
+        "c_char_p_passed",
+        """
+        import ctypes
+        sb = ctypes.create_string_buffer(b'\\x03')
+        cp = ctypes.c_char_p(ctypes.addressof(sb))
+        def f(x, c):
+            return np.sum(np.sin(x) * c.value[0])
+        x = np.linspace(0.1, 0.9, 4)
+        dh = grad(f)
+        """,
+        "sb[0] = bytes([sb[0][0] + 2])",
+        call="dh(x, cp)",
+        oracle="autograd.grad(f)(x, cp)",
+    ),
+    C(
+        "array_made_from_an_address",
+        """
+        import ctypes
+        B = onp.arange(4.0)
+        addr = ctypes.c_void_p(B.ctypes.data)
+        def f(x):
+            raw = (ctypes.c_char * 32).from_address(addr.value)
+            return np.sum(onp.frombuffer(raw) * np.sin(x))
+        x = np.linspace(0.1, 0.9, 4)
+        dh = grad(f)
+        """,
+        "B[1] += 2.0",
+    ),
+    C(
+        "structured_dtype_fields_renamed",
+        """
+        DT = onp.dtype([('a', 'f8'), ('b', 'f8')])
+        buf = onp.array([1.5, 4.0]).tobytes()
+        def f(x):
+            return np.sum(np.sin(x)) * onp.frombuffer(buf, dtype=DT)['a'][0]
+        x = np.linspace(0.1, 0.9, 4)
+        dh = grad(f)
+        """,
+        "DT.names = DT.names[::-1]",
+    ),
 ]
 
 IDS = [c.id for c in CASES]
@@ -2632,3 +2723,43 @@ def test_a_callee_that_stopped_the_walk_rebound_plainly_is_built_again(
     check(ip, "dh(x0)", "autograd.grad(h)(x0)", 3)
     (entry,) = ip.ns["ipyrefresh"].status()["entries"]
     assert entry["runs"] != ["plain autograd"] and not entry["fallback"], entry
+
+
+def test_a_dtype_read_is_compiled_and_a_view_is_not_compared_whole(nb: Shell) -> None:
+    """Hunt 46: a dtype the function reads made it plain autograd for ever (each dtype is
+    of a class of its own, which the walk did not know); and a view's owner is compared
+    only where the code may read past the view (``W.base``, ``as_strided``), not for
+    every view (a minibatch ``X[i:j]`` of a large data set)."""
+    nb.run(
+        "DT = onp.dtype('f8')\nbig = onp.arange(1000.0)\nW = big[:4]\n"
+        "def f(x):\n    return np.sum(np.sin(x) * onp.ones(4, dtype=DT) * W)\n"
+        "def g(x):\n    return np.sum(np.sin(x) * W.base[:4])\n"
+        "x = np.linspace(0.1, 0.9, 4)\ndf, dg = grad(f), grad(g)"
+    )
+    check(nb, "df(x)", "autograd.grad(f)(x)", 2, "df:")
+    check(nb, "dg(x)", "autograd.grad(g)(x)", 2, "dg:")
+    for name in ("df", "dg"):
+        (entry,) = nb.ns[name].entries
+        assert entry.variants[0].describe().startswith("tape:"), entry.info.note
+    whole = {name: [n.label for n in _nodes(nb.ns[name])] for name in ("df", "dg")}
+    assert "W.base" not in whole["df"] and "W.base" in whole["dg"], whole
+    nb.run("big[500] += 1.0")  # past the view: g may read it, f does not
+    check(nb, "dg(x)", "autograd.grad(g)(x)", 2, "dg after big[500] changed:")
+    (entry,) = nb.ns["dg"].entries
+    assert entry.builds == 2, entry.last_event
+
+
+def _nodes(handle: object) -> Iterator[object]:
+    """Every node of the guards of a handle's entries."""
+    from ipyrefresh._src.nodes import AllOf, Related
+
+    for entry in handle.entries:  # type: ignore[attr-defined]
+        for variant in entry.variants:
+            stack = [n for _, n in variant.guard.env]
+            while stack:
+                node = stack.pop()
+                yield node
+                if isinstance(node, AllOf):
+                    stack.extend(node.nodes)
+                elif isinstance(node, Related):
+                    stack.append(node.inner)

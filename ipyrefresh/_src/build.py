@@ -96,10 +96,12 @@ def run_build(
         variant = compiler.fallback(request, Guard(), why)
         return Outcome(variant.run(fn, args, kwargs), variant, BuildInfo(note=why), "built")
     call = _Call(fn, label, request, args, kwargs)
-    walked = _walk(call, None)  # 1
+    walked = _walk(call, None, past_views=False)  # 1
     run = _Run.recorded(compiler, call, walked)  # 2, 3
     run.compile_again(walked)
-    after = _walk(call, run.log)  # 4
+    ran = {*walked.codes, *run.log.codes}
+    past_views = any(codefacts.facts(c).reads_past_views() for c in ran)
+    after = _walk(call, run.log, past_views)  # 4
     return _decide(compiler, call, walked, run, after, drawn_between_calls)  # 5
 
 
@@ -154,7 +156,7 @@ class _Run:
             changed = before.check_interpreted(fn, args, kwargs)
             if changed is not None:
                 effects.append(f"changes {changed.subject} while it runs")
-        effects += _stores(log)
+        effects += _stores(log) + _addresses(log)
         if traced.retrace is not None and not stopped:  # (a stopped walk says why)
             unseen = [
                 c for c in log.codes if c not in walked.codes and codefacts.facts(c).may_write()
@@ -281,12 +283,12 @@ def _has_box(a: Any, depth: int = 0) -> bool:
     return False
 
 
-def _walk(call: _Call, log: CallLog | None) -> _Walked:
+def _walk(call: _Call, log: CallLog | None, past_views: bool) -> _Walked:
     """The guard of everything the function reaches (and, with a log, everything that
-    ran)."""
+    ran). ``past_views``: its code may read past a view (see ``Walker``)."""
     fn, label, request, args, kwargs = call.fn, call.label, call.request, call.args, call.kwargs
     guard = Guard()
-    walker = Walker(guard)
+    walker = Walker(guard, past_views=past_views)
     try:
         walker.target(fn, label)
         unread_args, unread_kw = _unread(fn, args, kwargs, log)
@@ -400,6 +402,16 @@ def _stores(log: CallLog) -> list[str]:
         if code not in made:
             names = ", ".join(sorted(facts.stores_free))
             found.append(f"{qual} changes the nonlocal variable {names}")
+    return found
+
+
+def _addresses(log: CallLog) -> list[str]:
+    """Code that may read memory by its address: what it reads there, no guard sees."""
+    found = []
+    for code in log.codes:
+        name = codefacts.facts(code).reads_by_address()
+        if name:
+            found.append(f"{codefacts.qualname(code)} may read memory by its address ({name})")
     return found
 
 

@@ -100,6 +100,19 @@ class CodeFacts:
             or any(chain[0].startswith("import:") for chain in self.chains)
         )
 
+    def reads_past_views(self) -> bool:
+        """Whether it may read an array's memory beyond the array's own elements: a
+        view's owner (``W.base``), or past the view (``as_strided(W, ...)``)."""
+        attrs = self.attrs | self.const_names
+        return "base" in attrs or "as_strided" in attrs or "as_strided" in self.globals
+
+    def reads_by_address(self) -> str:
+        """The name through which it may read memory by its address (``from_address``,
+        an array's ``.ctypes``), which no guard can follow; "" if none."""
+        attrs = self.attrs | self.const_names
+        found = (_BY_ADDRESS & attrs) | (_BY_ADDRESS_GLOBALS & self.globals)
+        return min(found) if found else ""
+
 
 _cache: WeakKeyDictionary[CodeType, CodeFacts] = WeakKeyDictionary()
 
@@ -184,6 +197,13 @@ def _scan(code: CodeType) -> CodeFacts:
         writes_objects=writes or not _MUTATORS.isdisjoint(attrs),
     )
 
+
+#: Attributes that read memory by its address (an array's ``.ctypes.data``, a ctypes
+#: type's ``from_address``), and functions that do.
+_BY_ADDRESS = frozenset(
+    {"from_address", "string_at", "wstring_at", "ctypes", "__array_interface__", "__array_struct__"}
+)
+_BY_ADDRESS_GLOBALS = frozenset({"string_at", "wstring_at"})
 
 #: Builtins that write an object or run code found by name.
 _WRITING_NAMES = frozenset(

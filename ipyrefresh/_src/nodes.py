@@ -30,7 +30,7 @@ from autograd.core import VJPNode, primitive_vjps
 from autograd.tracer import notrace_primitives
 
 from .changes import ChangeKind
-from .digest import array_digest, buffer_digest, frozen_dtype
+from .digest import array_digest, buffer_digest, dtype_print, frozen_dtype
 from .identity import Relation, seen
 from .keys import arg_signature
 
@@ -472,6 +472,63 @@ class Array(Node):
         if arr.shape != self.shape or arr.dtype != self.dtype or arr.strides != self.strides:
             return Mismatch(self.label, ChangeKind.RESHAPED)
         if deep and array_digest(arr) != self.digest:
+            return Mismatch(self.label, ChangeKind.MUTATED)
+        return None
+
+
+def view_owner(arr: np.ndarray) -> np.ndarray | None:
+    """The array whose memory ``arr`` views: the last array of its ``.base`` chain (None
+    for an array that owns its memory or views another kind of object directly)."""
+    base = arr.base
+    if not isinstance(base, np.ndarray):
+        return None
+    while isinstance(base.base, np.ndarray):
+        base = base.base
+    return base
+
+
+class ViewOwner(Node):
+    """The memory a view's owner holds, its own elements' and the rest: read only by code
+    that reads past a view (``W.base``, ``as_strided(W, ...)``), for which the view's own
+    elements are not all it read (hunt 46). Its layout, then its contents."""
+
+    __slots__ = ("digest", "layout")
+
+    def __init__(self, label: str, arr: np.ndarray) -> None:
+        super().__init__(label)
+        owner = view_owner(arr)
+        assert owner is not None
+        self.layout = _owner_layout(owner)
+        self.digest = array_digest(owner)
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        owner = view_owner(value) if isinstance(value, np.ndarray) else None
+        if owner is None or _owner_layout(owner) != self.layout:
+            return Mismatch(self.label, ChangeKind.RESHAPED)
+        if deep and array_digest(owner) != self.digest:
+            return Mismatch(self.label, ChangeKind.MUTATED)
+        return None
+
+
+def _owner_layout(owner: np.ndarray) -> tuple[Any, ...]:
+    return (type(owner), owner.shape, dtype_print(owner.dtype), owner.strides)
+
+
+class DType(Node):
+    """A numpy dtype: the same object, of the same value (a structured dtype's field names
+    can be changed in place: ``dt.names = ('b', 'a')``)."""
+
+    __slots__ = ("frozen", "ref")
+
+    def __init__(self, label: str, dtype: np.dtype[Any]) -> None:
+        super().__init__(label)
+        self.ref = Ref(dtype)
+        self.frozen = dtype_print(dtype)
+
+    def check(self, value: Any, deep: bool = True) -> Mismatch | None:
+        if value is not self.ref():
+            return self.fail(value)
+        if dtype_print(value) != self.frozen:
             return Mismatch(self.label, ChangeKind.MUTATED)
         return None
 

@@ -64,6 +64,7 @@ from .nodes import (
     Cell,
     Class,
     ClassDict,
+    DType,
     Function,
     Identity,
     Instance,
@@ -86,6 +87,7 @@ from .nodes import (
     ScalarSet,
     Seq,
     Unreadable,
+    ViewOwner,
     WeakRefTo,
     Wrapped,
     class_keys,
@@ -96,6 +98,7 @@ from .nodes import (
     part,
     relate,
     set_items,
+    view_owner,
 )
 from .prints import slot_members
 from .readers import ArgReader, CallReader, FixedReader, NameReader, Reader, TargetReader
@@ -135,7 +138,6 @@ _IDENTITY_TYPES: tuple[type, ...] = (
     BuiltinFunctionType,
     CodeType,
     np.ufunc,
-    np.dtype,
     type(len),
     type(str.join),
     type(dict.__dict__["fromkeys"]),
@@ -150,6 +152,9 @@ _IDENTITY_TYPES: tuple[type, ...] = (
 #: Mutable buffers whose bytes are all of their value: digested like arrays.
 _BUFFERS: tuple[type, ...] = (bytearray, array.array, ctypes.Array, ctypes.Structure)
 _BUFFERS += (ctypes.Union, ctypes._SimpleCData)
+#: The ``_type_`` of ctypes values whose bytes are an address (``c_char_p``, ``c_wchar_p``,
+#: ``c_void_p``): what they point to (``c_char_p(addr).value``) is read, not the bytes.
+_ADDRESSES = frozenset({"z", "Z", "P"})
 #: C functions called through ctypes, and the libraries that give them: what they read and
 #: change (libc's rand(), a bit generator's state through its ``ctypes`` interface) is
 #: memory no guard reads, and calling one is no event the call recorder sees.
@@ -228,9 +233,12 @@ _GLOBAL_RNG = np.random.mtrand._rand
 class Walker:
     """Builds a :class:`Guard` from roots; see the module docstring."""
 
-    def __init__(self, guard: Guard, budget: int = MAX_NODES) -> None:
+    def __init__(self, guard: Guard, budget: int = MAX_NODES, past_views: bool = False) -> None:
         self.guard = guard
         self.budget = budget
+        #: The code may read past a view's own elements (``W.base``): a view's owner is
+        #: compared too.
+        self.past_views = past_views
         self._keep: list[Any] = []  # keeps the ids below valid during the walk
         self._functions: set[int] = set()
         self._classes: set[int] = set()
@@ -494,6 +502,8 @@ class Walker:
             return BoundBuiltin(label, value, self.walk(owner, f"{label}.__self__"))
         if t in _IDENTITY_TYPES:
             return Identity(label, value)
+        if isinstance(value, np.dtype):  # (each dtype is of a class of its own)
+            return DType(label, value)
         if _is_jax_array(t):
             return JaxArray(label, value)
         if _is_jax_jitted(t):
@@ -525,6 +535,8 @@ class Walker:
             parts.append(Array(label, value, identity=self._argument is None))
             if self._argument is not None:
                 self.guard.argument_arrays.append(value)
+            if self.past_views and view_owner(value) is not None:
+                parts.append(ViewOwner(f"{label}.base", value))
         elif t is np.void:
             if value.dtype.hasobject:
                 raise Unguardable(f"{label} is a record holding Python objects")
@@ -532,6 +544,8 @@ class Walker:
         elif isinstance(value, _SCALAR_BASES):  # a subclass of int, str...: its value
             base = next(b for b in _SCALAR_BASES if isinstance(value, b))
             parts.append(BaseValue(label, value, base))
+        elif isinstance(value, ctypes._SimpleCData) and getattr(t, "_type_", "") in _ADDRESSES:
+            raise Unguardable(f"{label} is a ctypes pointer (what it points to is not read)")
         elif isinstance(value, _BUFFERS):  # (subclasses: and their attributes)
             parts.append(Buffer(label, value))
         elif isinstance(value, ctypes._Pointer):
