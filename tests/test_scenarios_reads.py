@@ -2239,6 +2239,124 @@ CASES = [
         """,
         "DT.names = DT.names[::-1]",
     ),
+    # (hunt 48: past a view by other names, through other owners, by address)
+    C(
+        "as_strided_under_another_name",
+        """
+        from numpy.lib.stride_tricks import as_strided as AS
+        big = onp.arange(5.0)
+        W = big[:2]
+        def f(x):
+            return np.sum(np.sin(x)) * AS(W, shape=(5,), strides=(8,))[4]
+        x = np.linspace(0.1, 0.9, 4)
+        dh = grad(f)
+        """,
+        "big[4] += 100.0",
+    ),
+    C(
+        "as_strided_alias_on_a_view_passed",
+        """
+        from numpy.lib.stride_tricks import as_strided as AS
+        big = onp.arange(5.0)
+        W = big[:2]
+        def f(x, v):
+            return np.sum(np.sin(x)) * AS(v, shape=(5,), strides=(8,))[4]
+        x = np.linspace(0.1, 0.9, 4)
+        dh = grad(f)
+        """,
+        "big[4] += 100.0",
+        call="dh(x, W)",
+        oracle="autograd.grad(f)(x, W)",
+    ),
+    C(
+        "attrgetter_base_made_in_a_cell",
+        """
+        import operator
+        owner_of = operator.attrgetter('base')
+        big = onp.arange(5.0)
+        W = big[:2]
+        def f(x):
+            return np.sum(np.sin(x)) * owner_of(W)[4]
+        x = np.linspace(0.1, 0.9, 4)
+        dh = grad(f)
+        """,
+        "big[4] += 100.0",
+    ),
+    C(
+        "view_of_part_of_a_bytearray",
+        """
+        ba = bytearray(onp.arange(5.0).tobytes())
+        W = onp.frombuffer(ba, count=2)
+        def f(x):
+            return np.sum(np.sin(x)) * onp.frombuffer(W.base)[4]
+        x = np.linspace(0.1, 0.9, 4)
+        dh = grad(f)
+        """,
+        "ba[32:40] = (onp.frombuffer(ba)[4] + 100.0).tobytes()",
+    ),
+    C(
+        "view_of_a_memoryview_of_an_array",
+        """
+        big = onp.arange(5.0)
+        W = onp.frombuffer(memoryview(big)[:16])
+        def f(x):
+            return np.sum(np.sin(x)) * onp.asarray(W.base.obj)[4]
+        x = np.linspace(0.1, 0.9, 4)
+        dh = grad(f)
+        """,
+        "big[4] += 100.0",
+    ),
+    C(
+        "view_of_an_mmap",
+        """
+        import mmap
+        mm = mmap.mmap(-1, 40)
+        mm[:] = onp.arange(5.0).tobytes()
+        W = onp.frombuffer(mm, count=2)
+        def f(x):
+            return np.sum(np.sin(x)) * onp.frombuffer(W.base)[4]
+        x = np.linspace(0.1, 0.9, 4)
+        dh = grad(f)
+        """,
+        "mm[32:40] = (onp.frombuffer(mm)[4] + 100.0).tobytes()",
+    ),
+    C(
+        "pointer_cast_from_byte_bounds",
+        """
+        import ctypes
+        big = onp.arange(5.0)
+        W = big[:2]
+        def f(x):
+            p = ctypes.cast(onp.lib.array_utils.byte_bounds(W)[0], ctypes.POINTER(ctypes.c_double))
+            return np.sum(np.sin(x)) * p[4]
+        x = np.linspace(0.1, 0.9, 4)
+        dh = grad(f)
+        """,
+        "big[4] += 100.0",
+    ),
+    C(
+        "subarray_dtype_base_renamed",
+        """
+        DT = onp.dtype((onp.dtype([('a', 'f8'), ('b', 'f8')]), (2,)))
+        raw = onp.array([1.0, 2.0, 3.0, 4.0]).tobytes()
+        def f(x):
+            return np.sum(np.sin(x)) * onp.frombuffer(raw, dtype=DT)['a'][0, 0]
+        x = np.linspace(0.1, 0.9, 4)
+        dh = grad(f)
+        """,
+        "DT.base.names = DT.base.names[::-1]",
+    ),
+    C(
+        "dtype_metadata_changed",
+        """
+        DT = onp.dtype(onp.float64, metadata={'scale': [2.0]})
+        def f(x):
+            return np.sum(np.sin(x)) * DT.metadata['scale'][0]
+        x = np.linspace(0.1, 0.9, 4)
+        dh = grad(f)
+        """,
+        "DT.metadata['scale'][0] += 3.0",
+    ),
 ]
 
 IDS = [c.id for c in CASES]

@@ -100,8 +100,7 @@ def run_build(
     run = _Run.recorded(compiler, call, walked)  # 2, 3
     run.compile_again(walked)
     ran = {*walked.codes, *run.log.codes}
-    past_views = any(codefacts.facts(c).reads_past_views() for c in ran)
-    after = _walk(call, run.log, past_views)  # 4
+    after = _walk(call, run.log, any(codefacts.facts(c).reads_past_views() for c in ran))  # 4
     return _decide(compiler, call, walked, run, after, drawn_between_calls)  # 5
 
 
@@ -303,6 +302,8 @@ def _walk(call: _Call, log: CallLog | None, past_views: bool) -> _Walked:
             _dynamic(walker, log)
         walker.finish()
         codes = frozenset(walker.covered)
+        if walker.past_views_seen and not past_views:
+            return _walk(call, log, True)  # (an argument's view: its owner too)
     except Unguardable as exc:
         return _stopped(guard, fn, label, str(exc))
     except RecursionError:

@@ -8,7 +8,7 @@ array a derivative reads costs less than the derivative's own pass over it.
 from __future__ import annotations
 
 import copy
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import numpy as np
@@ -42,3 +42,19 @@ def dtype_print(dtype: np.dtype[Any]) -> Hashable:
     """A dtype as a value: its type string, and a structured dtype's fields by name
     (``|V16`` for any two float fields, whatever their names)."""
     return dtype.str if dtype.names is None else (dtype.str, str(dtype.descr))
+
+
+def dtype_state(dtype: np.dtype[Any]) -> Hashable:
+    """A dtype's whole value, nested ones included: a subarray's base and a structured
+    dtype's fields (each a dtype of its own, whose names can change in place)."""
+    if dtype.subdtype is not None:
+        base, shape = dtype.subdtype
+        return ("subarray", dtype_state(base), shape)
+    if dtype.names is None:
+        return str(dtype.str)
+    fields: Mapping[str, tuple[Any, ...]] = dtype.fields or {}
+    return (
+        dtype.str,
+        dtype.isalignedstruct,
+        tuple((n, dtype_state(fields[n][0]), *fields[n][1:]) for n in dtype.names),
+    )

@@ -30,7 +30,7 @@ from autograd.core import VJPNode, primitive_vjps
 from autograd.tracer import notrace_primitives
 
 from .changes import ChangeKind
-from .digest import array_digest, buffer_digest, dtype_print, frozen_dtype
+from .digest import array_digest, buffer_digest, dtype_print, dtype_state, frozen_dtype
 from .identity import Relation, seen
 from .keys import arg_signature
 
@@ -476,42 +476,69 @@ class Array(Node):
         return None
 
 
-def view_owner(arr: np.ndarray) -> np.ndarray | None:
-    """The array whose memory ``arr`` views: the last array of its ``.base`` chain (None
-    for an array that owns its memory or views another kind of object directly)."""
-    base = arr.base
-    if not isinstance(base, np.ndarray):
+def view_owner(arr: np.ndarray) -> Any:
+    """The object whose memory ``arr`` views, at the end of its ``.base`` chain: an array
+    that owns its memory, or a buffer (``bytearray``, ``mmap``, ``array.array``); through
+    ``as_strided``'s holder and a ``memoryview``'s ``.obj`` too. None for an array that owns
+    its memory, or views immutable ``bytes``."""
+    base: Any = arr.base
+    if base is None:
         return None
-    while isinstance(base.base, np.ndarray):
-        base = base.base
-    return base
+    for _ in range(64):
+        inner: Any
+        if isinstance(base, memoryview):
+            inner = base.obj
+        elif isinstance(base, np.ndarray):
+            inner = base.base
+        else:
+            inner = _holder_base(base)
+        if inner is None:
+            break
+        base = inner
+    return None if isinstance(base, bytes) else base
+
+
+def _holder_base(obj: Any) -> Any:
+    """What numpy's ``as_strided`` holder (an object with an ``__array_interface__`` and
+    the array it was made from as ``.base``) views."""
+    if "__array_interface__" in getattr(obj, "__dict__", ()):
+        return obj.__dict__.get("base")
+    return None
 
 
 class ViewOwner(Node):
-    """The memory a view's owner holds, its own elements' and the rest: read only by code
-    that reads past a view (``W.base``, ``as_strided(W, ...)``), for which the view's own
-    elements are not all it read (hunt 46). Its layout, then its contents."""
+    """All the memory a view's owner holds, the view's elements and the rest: code can
+    read past a view (``W.base``, ``as_strided(W, ...)``, through an alias or a helper),
+    so a view's own elements are not all it may have read (hunt 46). Its layout, then its
+    contents."""
 
     __slots__ = ("digest", "layout")
 
     def __init__(self, label: str, arr: np.ndarray) -> None:
         super().__init__(label)
         owner = view_owner(arr)
-        assert owner is not None
         self.layout = _owner_layout(owner)
-        self.digest = array_digest(owner)
+        self.digest = _owner_digest(owner)
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
         owner = view_owner(value) if isinstance(value, np.ndarray) else None
-        if owner is None or _owner_layout(owner) != self.layout:
+        if _owner_layout(owner) != self.layout:
             return Mismatch(self.label, ChangeKind.RESHAPED)
-        if deep and array_digest(owner) != self.digest:
+        if deep and _owner_digest(owner) != self.digest:
             return Mismatch(self.label, ChangeKind.MUTATED)
         return None
 
 
-def _owner_layout(owner: np.ndarray) -> tuple[Any, ...]:
-    return (type(owner), owner.shape, dtype_print(owner.dtype), owner.strides)
+def _owner_layout(owner: Any) -> tuple[Any, ...]:
+    if isinstance(owner, np.ndarray):
+        return (type(owner), owner.shape, dtype_print(owner.dtype), owner.strides)
+    return (type(owner), id(owner), memoryview(owner).nbytes if owner is not None else 0)
+
+
+def _owner_digest(owner: Any) -> int:
+    if owner is None:
+        return 0
+    return array_digest(owner) if isinstance(owner, np.ndarray) else buffer_digest(owner)
 
 
 class DType(Node):
@@ -523,12 +550,12 @@ class DType(Node):
     def __init__(self, label: str, dtype: np.dtype[Any]) -> None:
         super().__init__(label)
         self.ref = Ref(dtype)
-        self.frozen = dtype_print(dtype)
+        self.frozen = dtype_state(dtype)
 
     def check(self, value: Any, deep: bool = True) -> Mismatch | None:
         if value is not self.ref():
             return self.fail(value)
-        if dtype_print(value) != self.frozen:
+        if dtype_state(value) != self.frozen:
             return Mismatch(self.label, ChangeKind.MUTATED)
         return None
 

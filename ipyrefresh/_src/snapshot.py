@@ -152,6 +152,12 @@ _IDENTITY_TYPES: tuple[type, ...] = (
 #: Mutable buffers whose bytes are all of their value: digested like arrays.
 _BUFFERS: tuple[type, ...] = (bytearray, array.array, ctypes.Array, ctypes.Structure)
 _BUFFERS += (ctypes.Union, ctypes._SimpleCData)
+#: Helpers that read an array's memory past its own elements, under any name.
+_PAST_VIEW_HELPERS = frozenset({id(np.lib.stride_tricks.as_strided)})
+_GETTERS = (operator.attrgetter, operator.methodcaller)
+#: numpy's helper that gives an array's memory address (``np.byte_bounds`` before 2.0).
+_BYTE_BOUNDS = getattr(getattr(np.lib, "array_utils", np), "byte_bounds", None)
+_BY_ADDRESS_HELPERS = frozenset() if _BYTE_BOUNDS is None else frozenset({id(_BYTE_BOUNDS)})
 #: The ``_type_`` of ctypes values whose bytes are an address (``c_char_p``, ``c_wchar_p``,
 #: ``c_void_p``): what they point to (``c_char_p(addr).value``) is read, not the bytes.
 _ADDRESSES = frozenset({"z", "Z", "P"})
@@ -236,9 +242,13 @@ class Walker:
     def __init__(self, guard: Guard, budget: int = MAX_NODES, past_views: bool = False) -> None:
         self.guard = guard
         self.budget = budget
-        #: The code may read past a view's own elements (``W.base``): a view's owner is
-        #: compared too.
+        #: The code may read past a view's own elements (``W.base``): the owner of an
+        #: argument's view is compared too (a global's always is). Set by what the code
+        #: names (see ``build._walk``) and by what the walk meets (:meth:`_past_views`).
         self.past_views = past_views
+        #: The walk met a helper that reads past views (``as_strided`` bound to another
+        #: name, ``attrgetter('base')``): the walk is made again with ``past_views``.
+        self.past_views_seen = False
         self._keep: list[Any] = []  # keeps the ids below valid during the walk
         self._functions: set[int] = set()
         self._classes: set[int] = set()
@@ -468,6 +478,12 @@ class Walker:
         if value is MISSING:
             return Absent(label)
         t = type(value)
+        if id(value) in _PAST_VIEW_HELPERS or (t in _GETTERS and "base" in repr(value)):
+            self.past_views_seen = True  # (as_strided or .base under another name)
+        if id(value) in _BY_ADDRESS_HELPERS or (
+            t is BuiltinFunctionType and value.__module__ == "_ctypes"  # (POINTER, pointer)
+        ):
+            raise Unguardable(f"{label} reads memory by its address")
         if is_scalar(value):
             scalar = Scalar(label, value)
             self._values.append((scalar, value, None, self._argument))
@@ -503,6 +519,10 @@ class Walker:
         if t in _IDENTITY_TYPES:
             return Identity(label, value)
         if isinstance(value, np.dtype):  # (each dtype is of a class of its own)
+            if value.metadata is not None:
+                raise Unguardable(
+                    f"{label} is a dtype with metadata (whose objects it does not read)"
+                )
             return DType(label, value)
         if _is_jax_array(t):
             return JaxArray(label, value)
@@ -535,8 +555,8 @@ class Walker:
             parts.append(Array(label, value, identity=self._argument is None))
             if self._argument is not None:
                 self.guard.argument_arrays.append(value)
-            if self.past_views and view_owner(value) is not None:
-                parts.append(ViewOwner(f"{label}.base", value))
+            if (self._argument is None or self.past_views) and view_owner(value) is not None:
+                parts.append(self._view_owner(value, label))
         elif t is np.void:
             if value.dtype.hasobject:
                 raise Unguardable(f"{label} is a record holding Python objects")
@@ -569,6 +589,18 @@ class Walker:
         if len(parts) == 1:
             return parts[0]
         return AllOf(label, tuple(parts))
+
+    def _view_owner(self, value: np.ndarray, label: str) -> Node:
+        """All the memory of a view's owner (see :class:`ViewOwner`): compared for every
+        view the function reads, and for an argument's view where the code may read past
+        it (an argument's owner is often a whole data set, ``X[i:j]`` a minibatch)."""
+        try:
+            return ViewOwner(f"{label}.base", value)
+        except (TypeError, ValueError, BufferError) as exc:
+            owner = type(view_owner(value)).__name__
+            raise Unguardable(
+                f"{label} views the memory of a {owner}, which it cannot read"
+            ) from exc
 
     def _proxy(self, proxy: Any, label: str) -> Node:
         underlying = [r for r in gc.get_referents(proxy) if type(r) is dict]
@@ -708,6 +740,8 @@ class Walker:
         """A module: the same object; and for the user's own modules (and module objects
         made in a notebook), every binding in it, since code can reach them by computed
         names (``getattr(cfg, name)``), through aliases or as arguments."""
+        if mod.__name__ in ("ctypes", "_ctypes"):
+            raise Unguardable(f"{label} is ctypes, through which code reads memory by address")
         ns = object.__getattribute__(mod, "__dict__")
         cls = type(mod)
         if cls is not ModuleType and _patchable(cls):  # (a lazy module's __getattr__)
