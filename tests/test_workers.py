@@ -326,6 +326,53 @@ def test_dask_names_tasks_by_the_gradient_rules_too(ip: Shell) -> None:
         primitive_vjps[anp.sin] = saved
 
 
+def test_a_module_edited_and_reloaded_is_what_the_next_payload_means(ip: Shell, modules) -> None:  # type: ignore[no-untyped-def]
+    """Hunt 49: a function of a module on disk goes by reference, so the payload's bytes
+    stay the same when the module is edited and reloaded; the process that had loaded
+    them kept a handle on the old function and answered with it."""
+    modules("ipyr_sent", "import autograd.numpy as np\ndef f(x):\n    return np.sin(x) * 2.0\n")
+    ip.run("import importlib, ipyr_sent\ndf = grad(ipyr_sent.f)")
+    first = pickle.loads(pickle.dumps(ip.ns["df"]))
+    same_result(first(0.5), autograd.grad(ip.ns["ipyr_sent"].f)(0.5))
+    modules("ipyr_sent", "import autograd.numpy as np\ndef f(x):\n    return x ** 3\n")
+    ip.run("importlib.reload(ipyr_sent)")
+    again = pickle.loads(pickle.dumps(ip.ns["df"]))
+    same_result(again(0.5), autograd.grad(ip.ns["ipyr_sent"].f)(0.5))
+    same_result(first(0.5), autograd.grad(lambda x: anp.sin(x) * 2.0)(0.5))  # (as sent)
+
+
+def test_dask_tokens_of_code_naming_a_users_module_change_with_it(ip: Shell, modules) -> None:  # type: ignore[no-untyped-def]
+    """Hunt 49: a module of the user's goes by reference, so what the function reads of
+    it (``mymod.scale``, a function edited under autoreload) is not in the payload: Dask
+    found the old results under the old token. Such a handle's tasks are never named
+    alike; a handle of the notebook's own code keeps one token while nothing changes
+    (``test_dask_names_tasks_by_the_code_they_carry``)."""
+    tokenize = pytest.importorskip("dask.base").tokenize
+    modules("ipyr_tok", "scale = 1.0\n")
+    ip.run("import ipyr_tok\ndef hm(x): return ipyr_tok.scale * np.sin(x)\ndhm = grad(hm)")
+    first = tokenize(ip.ns["dhm"])
+    ip.run("ipyr_tok.scale = 3.0")
+    assert tokenize(ip.ns["dhm"]) != first
+
+
+def test_kept_handles_are_bounded_by_the_data_they_carry(ip: Shell) -> None:
+    """Hunt 49: a process kept the handles of its last 16 payloads, each holding the
+    data it carried (16 x 30 MB after del and gc.collect()). The bytes are bounded too."""
+    from ipyrefresh._src import pickling
+
+    ip.run(
+        "import numpy as onp\nW = onp.ones(2_000_000)\n"
+        "def hw(x): return x * W[0] + np.sum(W[:3]) * x\ndhw = grad(hw)"
+    )
+    for i in range(12):  # (16 MB a payload)
+        ip.run(f"W[1] = {i}.0")
+        pinned = pickle.loads(pickle.dumps(ip.ns["dhw"]))
+        same_result(pinned(0.5), autograd.grad(ip.ns["hw"])(0.5))
+    del pinned
+    kept = sum(size for _, size in pickling._kept.values())
+    assert kept <= pickling._KEEP_BYTES, (kept, len(pickling._kept))
+
+
 @pytest.mark.parametrize("start", ["fork", "spawn"])
 def test_a_function_that_draws_random_numbers_starts_each_task_from_the_state_sent(
     ip: Shell, pools: Any, start: str

@@ -23,10 +23,11 @@ import collections
 import hashlib
 import os
 import pickle
+import pickletools
 import sys
 import threading
 import uuid
-from types import FunctionType, MethodType
+from types import FunctionType, MethodType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
@@ -39,8 +40,10 @@ if TYPE_CHECKING:
 
 #: Payload format; bumped if what ``reduce_handle`` sends changes shape.
 _FORMAT = 1
-#: Distinct payloads whose rebuilt handles a process keeps.
+#: Distinct payloads whose rebuilt handles a process keeps, and the most bytes of payload
+#: (the data they carry, which each kept handle holds) kept beyond the newest one.
 _KEEP = 16
+_KEEP_BYTES = 64 * 2**20
 #: Per thread, the handles being pickled now (a function that reads its own handle).
 _pickling = threading.local()
 
@@ -88,6 +91,8 @@ def dask_token(dh: Derivative) -> tuple[Any, ...]:
         _, (payload, meta) = reduce_handle(dh)
     except pickle.PicklingError:
         return ("ipyrefresh.Derivative", uuid.uuid4().hex)
+    if _names_user_modules(payload):  # (its bytes do not say what those names mean now)
+        return ("ipyrefresh.Derivative", uuid.uuid4().hex)
     rules = None if meta[3] == "jax" else _rules_token()  # (JAX rules travel in the payload)
     return ("ipyrefresh.Derivative", hashlib.blake2b(payload).hexdigest(), meta, rules)
 
@@ -131,18 +136,52 @@ def rebuild_handle(payload: bytes, meta: tuple[Any, ...]) -> Derivative:
             f"{type(exc).__name__}: {exc}. Functions of modules are sent by reference: "
             "this process must be able to import them, with the same packages installed."
         ) from exc
+    if _names_user_modules(payload):
+        # What the payload names by reference (``mymod.f``, ``mymod.scale``) may have
+        # changed since a kept handle loaded it (a module edited and reloaded): the same
+        # bytes, another function. A handle of its own, kept by no one.
+        return _new_handle(fn, meta)
     key = (hashlib.blake2b(payload, digest_size=20).digest(), meta)
     with _lock:
-        dh = _kept.get(key)
-        if dh is not None and not _runs_its_code(dh):
+        kept = _kept.get(key)
+        if kept is not None and not _runs_its_code(kept[0]):
             _kept.move_to_end(key)
-            return dh
+            return kept[0]
     dh = _new_handle(fn, meta)
     with _lock:
-        _kept[key] = dh
-        while len(_kept) > _KEEP:
-            _kept.popitem(last=False)
+        _kept[key] = (dh, len(payload))
+        size = sum(n for _, n in _kept.values())
+        while len(_kept) > _KEEP or (len(_kept) > 1 and size > _KEEP_BYTES):
+            size -= _kept.popitem(last=False)[1][1]
     return dh
+
+
+def _names_user_modules(payload: bytes) -> bool:
+    """Whether ``payload`` names a module of the user's (a module of their own files, or
+    made in the notebook): cloudpickle sends such a module, and the functions and classes
+    of it, by reference, so the payload's bytes stay the same when the module is edited
+    and reloaded or one of its attributes is set."""
+    try:
+        for _, arg, _ in pickletools.genops(payload):
+            if type(arg) is str and arg in sys.modules and _is_user_module(sys.modules[arg]):
+                return True
+    except Exception:  # (a payload it cannot read: nothing to reuse it by)
+        return True
+    return False
+
+
+def _is_user_module(mod: Any) -> bool:
+    from .code import is_user_file
+
+    name = getattr(mod, "__name__", None)
+    if not isinstance(mod, ModuleType) or name in sys.builtin_module_names:
+        return False
+    if name == "__main__":  # (a notebook's functions go by value, naming it as data)
+        return False
+    path = getattr(mod, "__file__", None)
+    if isinstance(path, str):
+        return is_user_file(path)
+    return getattr(mod, "__spec__", None) is None  # (made in a notebook, not frozen)
 
 
 def _runs_its_code(dh: Derivative) -> bool:
@@ -187,7 +226,8 @@ def _match_x64(enabled: bool) -> None:
 # the notebook's front end over the parent's sockets. Forked children start afresh.
 
 _lock = threading.Lock()
-_kept: collections.OrderedDict[Any, Derivative] = collections.OrderedDict()
+#: Rebuilt handles by payload digest and meta, with their payload's size.
+_kept: collections.OrderedDict[Any, tuple[Derivative, int]] = collections.OrderedDict()
 _rules_seen: collections.OrderedDict[int, Any] = collections.OrderedDict()
 _RULES_KEPT = 4096
 _engines: list[Engine] = []
