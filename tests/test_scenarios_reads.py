@@ -2269,6 +2269,35 @@ CASES = [
         oracle="autograd.grad(f)(x, W)",
     ),
     C(
+        "view_passed_read_by_a_name_held_as_data",
+        """
+        OWNER = 'base'
+        big = onp.arange(5.0)
+        W = big[:2]
+        def f(x, v):
+            return np.sum(np.sin(x)) * getattr(v, OWNER)[4]
+        x = np.linspace(0.1, 0.9, 4)
+        dh = grad(f)
+        """,
+        "big[4] += 100.0",
+        call="dh(x, W)",
+        oracle="autograd.grad(f)(x, W)",
+    ),
+    C(
+        "view_passed_read_by_a_name_passed",
+        """
+        big = onp.arange(5.0)
+        W = big[:2]
+        def f(x, v, attr):
+            return np.sum(np.sin(x)) * getattr(v, attr)[4]
+        x = np.linspace(0.1, 0.9, 4)
+        dh = grad(f)
+        """,
+        "big[4] += 100.0",
+        call="dh(x, W, 'es' 'ab'[::-1])",
+        oracle="autograd.grad(f)(x, W, 'base')",
+    ),
+    C(
         "attrgetter_base_made_in_a_cell",
         """
         import operator

@@ -102,9 +102,10 @@ class CodeFacts:
 
     def reads_past_views(self) -> bool:
         """Whether it may read an array's memory beyond the array's own elements: a
-        view's owner (``W.base``), or past the view (``as_strided(W, ...)``)."""
-        attrs = self.attrs | self.const_names
-        return "base" in attrs or "as_strided" in attrs or "as_strided" in self.globals
+        view's owner (``W.base``), or past the view (``as_strided(W, ...)``), or an
+        attribute by a name not written in it (``getattr(v, name)``: hunt 50)."""
+        names = self.attrs | self.const_names | self.globals
+        return self.dynamic_namespace or not _PAST_VIEWS.isdisjoint(names)
 
     def reads_by_address(self) -> str:
         """The name through which it may read memory by its address (``from_address``,
@@ -198,6 +199,10 @@ def _scan(code: CodeType) -> CodeFacts:
     )
 
 
+#: Names of what reads past a view, or reads an attribute whose name is data.
+_PAST_VIEWS = frozenset(
+    {"base", "as_strided", "getattr", "attrgetter", "methodcaller", "__getattribute__"}
+)
 #: Attributes that read memory by its address (an array's ``.ctypes.data``, a ctypes
 #: type's ``from_address``), and functions that do.
 _BY_ADDRESS = frozenset(

@@ -478,7 +478,11 @@ class Walker:
         if value is MISSING:
             return Absent(label)
         t = type(value)
-        if id(value) in _PAST_VIEW_HELPERS or (t in _GETTERS and "base" in repr(value)):
+        if (
+            id(value) in _PAST_VIEW_HELPERS
+            or (t in _GETTERS and "base" in repr(value))
+            or (t is str and value in ("base", "as_strided"))  # (getattr(v, ATTR))
+        ):
             self.past_views_seen = True  # (as_strided or .base under another name)
         if id(value) in _BY_ADDRESS_HELPERS or (
             t is BuiltinFunctionType and value.__module__ == "_ctypes"  # (POINTER, pointer)
