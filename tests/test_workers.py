@@ -355,6 +355,39 @@ def test_dask_tokens_of_code_naming_a_users_module_change_with_it(ip: Shell, mod
     assert tokenize(ip.ns["dhm"]) != first
 
 
+def test_a_handle_calling_a_handle_on_a_users_module_is_not_reused(ip: Shell, modules) -> None:  # type: ignore[no-untyped-def]
+    """Hunt 50: the handle inside the function goes as a payload of its own (bytes in
+    the outer one), which named the module: the outer payload seemed to name none."""
+    tokenize = pytest.importorskip("dask.base").tokenize
+    modules("ipyr_inner", "import autograd.numpy as np\ndef g(x):\n    return np.sin(x)\n")
+    ip.run(
+        "import importlib, ipyr_inner\ndg = grad(ipyr_inner.g)\n"
+        "def k(x): return np.sum(np.sin(x)) * dg(0.5)\ndk = grad(k)"
+    )
+    first, token = pickle.loads(pickle.dumps(ip.ns["dk"])), tokenize(ip.ns["dk"])
+    modules("ipyr_inner", "import autograd.numpy as np\ndef g(x):\n    return x ** 3\n")
+    ip.run("importlib.reload(ipyr_inner)")
+    again = pickle.loads(pickle.dumps(ip.ns["dk"]))
+    assert again is not first and tokenize(ip.ns["dk"]) != token
+    x = onp.array([0.3, 0.7])
+    same_result(again(x), autograd.grad(ip.ns["k"])(x))
+
+
+def test_a_name_like_a_users_module_keeps_one_handle_and_token(ip: Shell, modules) -> None:  # type: ignore[no-untyped-def]
+    """Hunt 50: any string in the payload equal to a module's name (a local variable
+    ``model`` beside ``import model``) counted as naming the module: no payload was
+    reused, no token stayed. Only what cloudpickle sends by reference counts."""
+    tokenize = pytest.importorskip("dask.base").tokenize
+    modules("ipyr_model", "scale = 2.0\n")
+    ip.run(
+        "import ipyr_model as M\n"
+        "def loss(x):\n    ipyr_model = np.sin(x)\n    return np.sum(ipyr_model ** 2)\n"
+        "dl = grad(loss)"
+    )
+    assert pickle.loads(pickle.dumps(ip.ns["dl"])) is pickle.loads(pickle.dumps(ip.ns["dl"]))
+    assert tokenize(ip.ns["dl"]) == tokenize(ip.ns["dl"])
+
+
 def test_kept_handles_are_bounded_by_the_data_they_carry(ip: Shell) -> None:
     """Hunt 49: a process kept the handles of its last 16 payloads, each holding the
     data it carried (16 x 30 MB after del and gc.collect()). The bytes are bounded too."""

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import io
 import os
 import pickle
-import pickletools
 import sys
 import threading
 import uuid
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from .handles import Derivative
 
 #: Payload format; bumped if what ``reduce_handle`` sends changes shape.
-_FORMAT = 1
+_FORMAT = 2
 #: Distinct payloads whose rebuilt handles a process keeps, and the most bytes of payload
 #: (the data they carry, which each kept handle holds) kept beyond the newest one.
 _KEEP = 16
@@ -67,7 +67,7 @@ def reduce_handle(dh: Derivative) -> tuple[Any, tuple[Any, ...]]:
         )
     busy.add(id(dh))
     try:
-        payload = cloudpickle.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL)
+        payload, by_reference = _dumps(fn)
     except Exception as exc:
         raise pickle.PicklingError(_unpicklable(dh, fn, exc)) from exc
     finally:
@@ -76,8 +76,53 @@ def reduce_handle(dh: Derivative) -> tuple[Any, tuple[Any, ...]]:
     x64 = None
     if backend == "jax" and "jax" in sys.modules:  # not imported: JAX's default, as there
         x64 = bool(sys.modules["jax"].config.jax_enable_x64)
-    meta = (_FORMAT, dh.transform.value, dh.argnum, backend, dh.options, target.label, x64)
+    label = target.label
+    meta = (_FORMAT, dh.transform.value, dh.argnum, backend, dh.options, label, x64, by_reference)
     return rebuild_handle, (payload, meta)
+
+
+if TYPE_CHECKING:  # (cloudpickle has no annotations: its pickler is typed as pickle's)
+    _CloudPickler = pickle.Pickler
+else:
+    _CloudPickler = cloudpickle.Pickler
+
+
+class _Pickler(_CloudPickler):
+    """cloudpickle's pickler, noting whether what it pickles names a module of the user's
+    by reference: a module of their own files (or made in the notebook), a function or
+    class of one (cloudpickle sends those by reference), or a handle whose payload does."""
+
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.by_reference = False
+
+    def reducer_override(self, obj: Any) -> Any:
+        module: Any
+        if isinstance(obj, ModuleType):
+            module = obj.__name__
+        elif type(obj) is FunctionType or isinstance(obj, type):
+            module = getattr(obj, "__module__", None)
+        else:
+            module = None
+            if type(obj).__name__ == "Derivative" and type(obj).__module__ == _HANDLES:
+                reduced = reduce_handle(obj)  # (its payload was pickled on its own)
+                self.by_reference = self.by_reference or reduced[1][1][7]
+                return reduced
+        if not self.by_reference and type(module) is str:
+            found = sys.modules.get(module)
+            self.by_reference = found is not None and _is_user_module(found)
+        return super().reducer_override(obj)
+
+
+_HANDLES = "ipyrefresh._src.handles"
+
+
+def _dumps(fn: Any) -> tuple[bytes, bool]:
+    """``fn`` pickled by cloudpickle, and whether the payload names a user's module."""
+    out = io.BytesIO()
+    pickler = _Pickler(out)
+    pickler.dump(fn)
+    return out.getvalue(), pickler.by_reference
 
 
 def dask_token(dh: Derivative) -> tuple[Any, ...]:
@@ -91,7 +136,7 @@ def dask_token(dh: Derivative) -> tuple[Any, ...]:
         _, (payload, meta) = reduce_handle(dh)
     except pickle.PicklingError:
         return ("ipyrefresh.Derivative", uuid.uuid4().hex)
-    if _names_user_modules(payload):  # (its bytes do not say what those names mean now)
+    if meta[7]:  # (it names a user's module: its bytes do not say what that means now)
         return ("ipyrefresh.Derivative", uuid.uuid4().hex)
     rules = None if meta[3] == "jax" else _rules_token()  # (JAX rules travel in the payload)
     return ("ipyrefresh.Derivative", hashlib.blake2b(payload).hexdigest(), meta, rules)
@@ -136,7 +181,7 @@ def rebuild_handle(payload: bytes, meta: tuple[Any, ...]) -> Derivative:
             f"{type(exc).__name__}: {exc}. Functions of modules are sent by reference: "
             "this process must be able to import them, with the same packages installed."
         ) from exc
-    if _names_user_modules(payload):
+    if meta[7]:
         # What the payload names by reference (``mymod.f``, ``mymod.scale``) may have
         # changed since a kept handle loaded it (a module edited and reloaded): the same
         # bytes, another function. A handle of its own, kept by no one.
@@ -154,20 +199,6 @@ def rebuild_handle(payload: bytes, meta: tuple[Any, ...]) -> Derivative:
         while len(_kept) > _KEEP or (len(_kept) > 1 and size > _KEEP_BYTES):
             size -= _kept.popitem(last=False)[1][1]
     return dh
-
-
-def _names_user_modules(payload: bytes) -> bool:
-    """Whether ``payload`` names a module of the user's (a module of their own files, or
-    made in the notebook): cloudpickle sends such a module, and the functions and classes
-    of it, by reference, so the payload's bytes stay the same when the module is edited
-    and reloaded or one of its attributes is set."""
-    try:
-        for _, arg, _ in pickletools.genops(payload):
-            if type(arg) is str and arg in sys.modules and _is_user_module(sys.modules[arg]):
-                return True
-    except Exception:  # (a payload it cannot read: nothing to reuse it by)
-        return True
-    return False
 
 
 def _is_user_module(mod: Any) -> bool:
@@ -195,7 +226,7 @@ def _new_handle(fn: Any, meta: tuple[Any, ...]) -> Derivative:
     from .handles import Derivative
     from .targets import FixedTarget
 
-    _, transform, argnum, backend, options, label, _ = meta
+    _, transform, argnum, backend, options, label, _, _ = meta
     return Derivative(
         Transform(transform),
         fn,
