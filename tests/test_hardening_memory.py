@@ -209,6 +209,29 @@ def test_data_a_derivative_read_dies_after_the_cell_that_let_it_go(ip: Any) -> N
     assert [ref() is None for ref in ip.ns["sizes"]] == [True] * 6
 
 
+@pytest.mark.parametrize("calls", [3, 130], ids=["replayed", "guard_compiled"])
+def test_data_a_replay_read_dies_at_del_without_a_collection(ip: Any, calls: int) -> None:
+    """Hunt 51: a generated replay (and a compiled guard) lived in the namespace it holds
+    as its globals, a cycle that kept its constants (a view of W) alive until a full
+    garbage collection: ``del W`` freed nothing. Plain autograd frees W at once; here
+    it must be freed by the cell that lets it go, with the collector off."""
+    ip.run("import numpy as onp, weakref")
+    ip.run(
+        "W = onp.ones(200_000)\nold = weakref.ref(W)\n"
+        "def g(x):\n    return np.sum(x * W[:3])\n"
+        f"dg = grad(g)\nfor _ in range({calls}):\n    _r = dg(onp.ones(3))"
+    )
+    assert ip.ns["dg"].entries[0].variants[0].describe().startswith("tape:")
+    gc.collect()
+    gc.disable()
+    try:
+        ip.run("del W")
+        ip.run("pass")
+        assert ip.ns["old"]() is None
+    finally:
+        gc.enable()
+
+
 def test_cells_that_make_handles_do_not_keep_their_parsed_source(ip: Any) -> None:
     """``executing`` (which reads the name a handle follows from the call site) keeps
     every file it parses, every cell is a file, and two unbounded lru_caches of its own

@@ -493,7 +493,8 @@ def compile_guard(
         + full_body
     )
     exec(compile(source, GENERATED_FILE, "exec"), e.ns)
-    env_check, full_check = e.ns["env"], e.ns["full"]
+    # (out of the namespace they hold as globals: no cycle keeps what they hold alive)
+    env_check, full_check = e.ns.pop("env"), e.ns.pop("full")
     n = next(_names)
     env_check.__qualname__, full_check.__qualname__ = f"env_{n}", f"full_{n}"
     full_check.source = source  # for reading it when debugging: guard.compiled()[1].source

@@ -408,7 +408,10 @@ class Emitter:
         # interned, and on Python 3.12+ interned strings live forever.
         source = "def replay(args, kwargs):\n" + "\n".join(self.lines) + "\n"
         exec(compile(source, GENERATED_FILE, "exec"), self.ns)
-        replay = self.ns["replay"]
+        # Taken out of its namespace, which it holds as its globals: left in, the two
+        # would be a cycle that keeps the constants (views of the user's arrays) alive
+        # until a full garbage collection after the replay is dropped (hunt 51).
+        replay = self.ns.pop("replay")
         replay.__qualname__ = f"replay_{next(_names)}"  # (told apart in profiles)
         direct = sum(1 for s in plan.steps if s.parts is not None)
         return Compiled(replay, source, self.guards, len(plan.steps), direct)
