@@ -1078,6 +1078,9 @@ def test_a_folded_constant_of_a_rule_raises_as_autograd_does(nb: Shell) -> None:
             want = nb.run_error("autograd.grad(f)(x)")
             got = nb.run_error("dh(x)")
             assert (type(got), str(got)) == (type(want), str(want)), (got, want)
+            # (hunt 51: autograd's error, raised while the replay's was handled, was
+            # chained to it; the user's traceback showed both)
+            assert (got.__context__, got.__cause__) == (want.__context__, want.__cause__)
     finally:
         nb.run("onp.seterr(**_old_err)")
 

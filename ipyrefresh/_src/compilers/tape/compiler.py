@@ -53,11 +53,13 @@ class TapeVariant:
         try:
             return compiled.run(args, kwargs)
         except Exception:
-            # A primitive raised for these inputs (a Cholesky factor of a matrix that is
-            # not positive definite...): the function, run by autograd, may catch it.
-            # autograd's answer, or its error, is the answer.
-            self.note = "a replay raised an error; autograd answered that call"
-            return plain(self._request)(fn, args, kwargs)
+            pass
+        # A primitive raised for these inputs (a Cholesky factor of a matrix that is not
+        # positive definite...): the function, run by autograd, may catch it. autograd's
+        # answer, or its error, is the answer: run outside the ``except`` block, so that
+        # autograd's error is not chained to the replay's (hunt 51).
+        self.note = "a replay raised an error; autograd answered that call"
+        return plain(self._request)(fn, args, kwargs)
 
     def _compile(self) -> None:
         """Generate the replay, once (threads calling the handle may race to its first
