@@ -3,6 +3,7 @@ call's guard must catch and the magics. The oracle is always a fresh autograd co
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import autograd
@@ -10,6 +11,7 @@ import numpy as onp
 import pytest
 
 import ipyrefresh
+from ipyrefresh._src import recorder
 from ipyrefresh._src.engine import Engine
 
 from .conftest import Shell
@@ -404,9 +406,13 @@ def test_unload_restores_the_shell_and_reload_works(bare_shell: Shell) -> None:
     line_magics = set(shell.magics_manager.magics["line"])
     transformers = list(shell.ast_transformers)
     configurables = list(shell.configurables)
+    callbacks = [c for c in gc.callbacks if c not in (recorder._gc_first, recorder._gc_last)]
     bare_shell.run("%load_ext ipyrefresh")
     assert "grad" in shell.magics_manager.magics["line"]
+    bare_shell.run("from ipyrefresh import grad\ndef f(x): return x * 2.0\ndf = grad(f)")
+    bare_shell.run("for _ in range(3): df(0.5)")  # (a build: the recorder's gc callbacks)
     bare_shell.run("%unload_ext ipyrefresh")
+    assert gc.callbacks == callbacks  # (hunt 51: they stayed)
     assert {k: list(v) for k, v in shell.events.callbacks.items()} == events
     assert set(shell.magics_manager.magics["line"]) == line_magics
     assert shell.ast_transformers == transformers

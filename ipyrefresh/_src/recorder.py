@@ -544,6 +544,22 @@ def _bracket_gc() -> None:
         callbacks.append(_gc_last)
 
 
+def unbracket_gc() -> None:
+    """Take the two callbacks of :func:`_bracket_gc` out of ``gc.callbacks`` (the
+    extension unloaded), unless a recording runs now; the next recording puts them back."""
+    with _RECORDINGS_LOCK:
+        if _recordings[0]:
+            return
+        for callback in (_gc_first, _gc_last):
+            with contextlib.suppress(ValueError):
+                gc.callbacks.remove(callback)
+
+
+#: Recordings running now, in any thread (they need :func:`_bracket_gc`'s callbacks).
+_recordings = [0]
+_RECORDINGS_LOCK = threading.Lock()
+
+
 def _active() -> list[tuple[CallLog, FrameType | None]]:
     stack: list[tuple[CallLog, FrameType | None]] | None = getattr(_local, "stack", None)
     if stack is None:
@@ -666,7 +682,18 @@ def record(enabled: bool = True) -> Iterator[CallLog]:
         yield log
         return
     boundary = sys._getframe(2)  # the frame that opened the recording
-    _bracket_gc()
+    with _RECORDINGS_LOCK:
+        _recordings[0] += 1
+        _bracket_gc()
+    try:
+        yield from _recorded(log, boundary)
+    finally:
+        with _RECORDINGS_LOCK:
+            _recordings[0] -= 1
+
+
+def _recorded(log: CallLog, boundary: FrameType) -> Iterator[CallLog]:
+    """:func:`record`'s recording, its hook installed in this thread."""
     stack = _active()
     _prune(stack)
     if sys.version_info >= (3, 12):

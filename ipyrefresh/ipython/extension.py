@@ -17,7 +17,7 @@ from .._src.changes import CellRef, Detection
 from .._src.compilers.tape import patches
 from .._src.config import IPyRefresh
 from .._src.engine import Engine, current
-from .._src.recorder import reset_if_idle
+from .._src.recorder import reset_if_idle, unbracket_gc
 from .magics import IPyRefreshMagics
 
 
@@ -109,6 +109,7 @@ class Extension:
                 shell.configurables.remove(configurable)
         self.engine.detach()
         patches.uninstall()
+        unbracket_gc()
 
     # -- events --------------------------------------------------------------------------
     def pre_run_cell(self, info: Any) -> None:
