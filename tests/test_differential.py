@@ -127,7 +127,8 @@ class Model(NotebookModel):
     def _w_changed(self, j: int, old: float) -> set[str]:
         if self.w[j] == old:
             return set()
-        return {"w", "wv"} if j >= 1 else {"w"}
+        # (the view is compared with all of its owner: code can read past a view)
+        return {"w", "wv"}
 
     def _in_place(self, run: Callable[[str], object]) -> set[str]:
         old = list(self.w)

@@ -2872,28 +2872,35 @@ def test_a_callee_that_stopped_the_walk_rebound_plainly_is_built_again(
     assert entry["runs"] != ["plain autograd"] and not entry["fallback"], entry
 
 
-def test_a_dtype_read_is_compiled_and_a_view_is_not_compared_whole(nb: Shell) -> None:
+def test_a_dtype_read_is_compiled_and_a_view_passed_is_not_compared_whole(nb: Shell) -> None:
     """Hunt 46: a dtype the function reads made it plain autograd for ever (each dtype is
-    of a class of its own, which the walk did not know); and a view's owner is compared
-    only where the code may read past the view (``W.base``, ``as_strided``), not for
-    every view (a minibatch ``X[i:j]`` of a large data set)."""
+    of a class of its own, which the walk did not know). A view passed as an argument (a
+    minibatch ``X[i:j]`` of a large data set) is compared with its owner only where the
+    code may read past a view (``.base``, ``getattr``; a variable named ``base`` is none:
+    hunt 52); a view read from a global always is."""
     nb.run(
-        "DT = onp.dtype('f8')\nbig = onp.arange(1000.0)\nW = big[:4]\n"
-        "def f(x):\n    return np.sum(np.sin(x) * onp.ones(4, dtype=DT) * W)\n"
-        "def g(x):\n    return np.sum(np.sin(x) * W.base[:4])\n"
-        "x = np.linspace(0.1, 0.9, 4)\ndf, dg = grad(f), grad(g)"
+        "DT = onp.dtype('f8')\nbig = onp.arange(1000.0)\nW = big[:4]\nbase = 2.0\n"
+        "def f(x, v):\n    return np.sum(np.sin(x) * onp.ones(4, dtype=DT) * v) * base\n"
+        "def g(x, v):\n    return np.sum(np.sin(x) * v.base[:4])\n"
+        "def k(x):\n    return np.sum(np.sin(x) * W)\n"
+        "x = np.linspace(0.1, 0.9, 4)\ndf, dg, dk = grad(f), grad(g), grad(k)"
     )
-    check(nb, "df(x)", "autograd.grad(f)(x)", 2, "df:")
-    check(nb, "dg(x)", "autograd.grad(g)(x)", 2, "dg:")
-    for name in ("df", "dg"):
+    for name in ("f", "g"):
+        check(nb, f"d{name}(x, W)", f"autograd.grad({name})(x, W)", 2, f"d{name}:")
+    check(nb, "dk(x)", "autograd.grad(k)(x)", 2, "dk:")
+    for name in ("df", "dg", "dk"):
         (entry,) = nb.ns[name].entries
         assert entry.variants[0].describe().startswith("tape:"), entry.info.note
-    whole = {name: [n.label for n in _nodes(nb.ns[name])] for name in ("df", "dg")}
-    assert "W.base" not in whole["df"] and "W.base" in whole["dg"], whole
-    nb.run("big[500] += 1.0")  # past the view: g may read it, f does not
-    check(nb, "dg(x)", "autograd.grad(g)(x)", 2, "dg after big[500] changed:")
-    (entry,) = nb.ns["dg"].entries
-    assert entry.builds == 2, entry.last_event
+    whole = {name: {n.label for n in _nodes(nb.ns[name])} for name in ("df", "dg", "dk")}
+    assert "argument 1.base" not in whole["df"], whole["df"]
+    assert "argument 1.base" in whole["dg"] and "W.base" in whole["dk"], whole
+    nb.run("big[500] += 1.0")  # past the view: g and k may read it, f does not
+    check(nb, "dg(x, W)", "autograd.grad(g)(x, W)", 2, "dg after big[500] changed:")
+    check(nb, "dk(x)", "autograd.grad(k)(x)", 2, "dk after big[500] changed:")
+    check(nb, "df(x, W)", "autograd.grad(f)(x, W)", 1, "df after big[500] changed:")
+    (f_entry,), (k_entry,) = nb.ns["df"].entries, nb.ns["dk"].entries
+    assert (f_entry.builds, len(f_entry.variants)) == (1, 1), f_entry.last_event
+    assert k_entry.builds == 2, k_entry.last_event
 
 
 def _nodes(handle: object) -> Iterator[object]:
@@ -2902,7 +2909,7 @@ def _nodes(handle: object) -> Iterator[object]:
 
     for entry in handle.entries:  # type: ignore[attr-defined]
         for variant in entry.variants:
-            stack = [n for _, n in variant.guard.env]
+            stack = [n for _, n in (*variant.guard.env, *variant.guard.args)]
             while stack:
                 node = stack.pop()
                 yield node
@@ -2910,3 +2917,28 @@ def _nodes(handle: object) -> Iterator[object]:
                     stack.extend(node.nodes)
                 elif isinstance(node, Related):
                     stack.append(node.inner)
+
+
+def test_memory_numpy_cannot_see_past_and_a_module_importing_ctypes_compile(
+    nb: Shell, modules
+) -> None:  # type: ignore[no-untyped-def]
+    """Hunt 52: an array over a DLPack capsule (or an ``__array_interface__`` exporter)
+    made the walk give up on its owner, and a module of the user's that merely imports
+    ctypes made every function reading it run plain autograd."""
+    modules(
+        "ipyr_ct",
+        "import ctypes\nimport autograd.numpy as np\ndef loss(x):\n    return np.sum(x ** 2)\n",
+    )
+    nb.run(
+        "import ipyr_ct\nsrc = onp.arange(4.0)\nD = onp.from_dlpack(src)\n"
+        "def f(x):\n    return np.sum(np.sin(x) * D)\n"
+        "def g(x):\n    return ipyr_ct.loss(x) + 1.0\n"
+        "x = np.linspace(0.1, 0.9, 4)\ndf, dg = grad(f), grad(g)"
+    )
+    check(nb, "df(x)", "autograd.grad(f)(x)", 2, "df:")
+    check(nb, "dg(x)", "autograd.grad(g)(x)", 2, "dg:")
+    for name in ("df", "dg"):
+        (entry,) = nb.ns[name].entries
+        assert entry.variants[0].describe().startswith("tape:"), entry.info.note
+    nb.run("src[2] += 5.0")  # (D is src's memory)
+    check(nb, "df(x)", "autograd.grad(f)(x)", 2, "df after src changed:")

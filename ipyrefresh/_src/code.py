@@ -104,8 +104,13 @@ class CodeFacts:
         """Whether it may read an array's memory beyond the array's own elements: a
         view's owner (``W.base``), or past the view (``as_strided(W, ...)``), or an
         attribute by a name not written in it (``getattr(v, name)``: hunt 50)."""
-        names = self.attrs | self.const_names | self.globals
-        return self.dynamic_namespace or not _PAST_VIEWS.isdisjoint(names)
+        attrs = self.attrs | self.const_names
+        calls = self.globals | attrs
+        return (
+            self.dynamic_namespace
+            or not _PAST_VIEW_ATTRS.isdisjoint(attrs)
+            or not _PAST_VIEW_CALLS.isdisjoint(calls)
+        )
 
     def reads_by_address(self) -> str:
         """The name through which it may read memory by its address (``from_address``,
@@ -199,16 +204,24 @@ def _scan(code: CodeType) -> CodeFacts:
     )
 
 
-#: Names of what reads past a view, or reads an attribute whose name is data.
-_PAST_VIEWS = frozenset(
-    {"base", "as_strided", "getattr", "attrgetter", "methodcaller", "__getattribute__"}
-)
+#: Attributes that read past a view, and functions that do or read an attribute whose
+#: name is data (not a variable named ``base``: hunt 52).
+_PAST_VIEW_ATTRS = frozenset({"base", "__getattribute__"})
+_PAST_VIEW_CALLS = frozenset({"as_strided", "getattr", "attrgetter", "methodcaller"})
 #: Attributes that read memory by its address (an array's ``.ctypes.data``, a ctypes
 #: type's ``from_address``), and functions that do.
 _BY_ADDRESS = frozenset(
-    {"from_address", "string_at", "wstring_at", "ctypes", "__array_interface__", "__array_struct__"}
+    {
+        "from_address",
+        "string_at",
+        "wstring_at",
+        "ctypes",
+        "byte_bounds",
+        "__array_interface__",
+        "__array_struct__",
+    }
 )
-_BY_ADDRESS_GLOBALS = frozenset({"string_at", "wstring_at"})
+_BY_ADDRESS_GLOBALS = frozenset({"string_at", "wstring_at", "ctypes", "byte_bounds"})
 
 #: Builtins that write an object or run code found by name.
 _WRITING_NAMES = frozenset(

@@ -482,20 +482,33 @@ def view_owner(arr: np.ndarray) -> Any:
     ``as_strided``'s holder and a ``memoryview``'s ``.obj`` too. None for an array that owns
     its memory, or views immutable ``bytes``."""
     base: Any = arr.base
-    if base is None:
-        return None
+    last = arr  # (the last array met)
     for _ in range(64):
+        if base is None:
+            break
         inner: Any
         if isinstance(base, memoryview):
             inner = base.obj
         elif isinstance(base, np.ndarray):
-            inner = base.base
+            last, inner = base, base.base
         else:
             inner = _holder_base(base)
         if inner is None:
             break
         base = inner
-    return None if isinstance(base, bytes) else base
+    if base is None or isinstance(base, np.ndarray) or _is_buffer(base):
+        return None if base is None or isinstance(base, bytes) else base
+    # (a DLPack capsule, an exporter with an address: the last array is all numpy knows
+    # of that memory)
+    return None if last is arr else last
+
+
+def _is_buffer(obj: Any) -> bool:
+    try:
+        memoryview(obj).release()
+    except TypeError:
+        return False
+    return True
 
 
 def _holder_base(obj: Any) -> Any:

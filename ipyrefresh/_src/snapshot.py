@@ -155,6 +155,14 @@ _BUFFERS += (ctypes.Union, ctypes._SimpleCData)
 #: Helpers that read an array's memory past its own elements, under any name.
 _PAST_VIEW_HELPERS = frozenset({id(np.lib.stride_tricks.as_strided)})
 _GETTERS = (operator.attrgetter, operator.methodcaller)
+
+
+def _gets_base(getter: Any) -> bool:
+    """An ``attrgetter`` or ``methodcaller`` that reads ``.base`` (``'a.base'`` too)."""
+    names = [v for v in getter.__reduce__()[1] if type(v) is str]
+    return any(n == "__getattribute__" or "base" in n.split(".") for n in names)
+
+
 #: numpy's helper that gives an array's memory address (``np.byte_bounds`` before 2.0).
 _BYTE_BOUNDS = getattr(getattr(np.lib, "array_utils", np), "byte_bounds", None)
 _BY_ADDRESS_HELPERS = frozenset() if _BYTE_BOUNDS is None else frozenset({id(_BYTE_BOUNDS)})
@@ -478,11 +486,7 @@ class Walker:
         if value is MISSING:
             return Absent(label)
         t = type(value)
-        if (
-            id(value) in _PAST_VIEW_HELPERS
-            or (t in _GETTERS and "base" in repr(value))
-            or (t is str and value in ("base", "as_strided"))  # (getattr(v, ATTR))
-        ):
+        if id(value) in _PAST_VIEW_HELPERS or (t in _GETTERS and _gets_base(value)):
             self.past_views_seen = True  # (as_strided or .base under another name)
         if id(value) in _BY_ADDRESS_HELPERS or (
             t is BuiltinFunctionType and value.__module__ == "_ctypes"  # (POINTER, pointer)
@@ -744,8 +748,6 @@ class Walker:
         """A module: the same object; and for the user's own modules (and module objects
         made in a notebook), every binding in it, since code can reach them by computed
         names (``getattr(cfg, name)``), through aliases or as arguments."""
-        if mod.__name__ in ("ctypes", "_ctypes"):
-            raise Unguardable(f"{label} is ctypes, through which code reads memory by address")
         ns = object.__getattribute__(mod, "__dict__")
         cls = type(mod)
         if cls is not ModuleType and _patchable(cls):  # (a lazy module's __getattr__)
