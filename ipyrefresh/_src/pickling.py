@@ -27,6 +27,7 @@ import pickle
 import sys
 import threading
 import uuid
+from dataclasses import dataclass
 from types import FunctionType, MethodType, ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -173,7 +174,7 @@ def rebuild_handle(payload: bytes, meta: tuple[Any, ...]) -> Derivative:
     # so the payload's state must be applied again before a kept handle answers (another
     # payload may have set the class otherwise since).
     try:
-        fn = pickle.loads(payload)
+        fn, found = _loads(payload)
     except Exception as exc:
         name = f"{meta[1]}({meta[5]})"
         raise pickle.UnpicklingError(
@@ -181,24 +182,69 @@ def rebuild_handle(payload: bytes, meta: tuple[Any, ...]) -> Derivative:
             f"{type(exc).__name__}: {exc}. Functions of modules are sent by reference: "
             "this process must be able to import them, with the same packages installed."
         ) from exc
-    if meta[7]:
-        # What the payload names by reference (``mymod.f``, ``mymod.scale``) may have
-        # changed since a kept handle loaded it (a module edited and reloaded): the same
-        # bytes, another function. A handle of its own, kept by no one.
-        return _new_handle(fn, meta)
-    key = (hashlib.blake2b(payload, digest_size=20).digest(), meta)
+    # What the payload names by reference (``mymod.f``) is part of the key, as the very
+    # objects it resolved to here: after a module is edited and reloaded, the same bytes
+    # mean other functions (hunt 49), and a kept handle would answer with the old ones.
+    key = (hashlib.blake2b(payload, digest_size=20).digest(), meta, tuple(map(id, found)))
     with _lock:
         kept = _kept.get(key)
-        if kept is not None and not _runs_its_code(kept[0]):
+        if kept is not None and not _runs_its_code(kept.handle):
             _kept.move_to_end(key)
-            return kept[0]
+            return kept.handle
     dh = _new_handle(fn, meta)
     with _lock:
-        _kept[key] = (dh, len(payload))
-        size = sum(n for _, n in _kept.values())
+        _kept[key] = _Kept(dh, len(payload), found)
+        size = sum(k.size for k in _kept.values())
         while len(_kept) > _KEEP or (len(_kept) > 1 and size > _KEEP_BYTES):
-            size -= _kept.popitem(last=False)[1][1]
+            size -= _kept.popitem(last=False)[1].size
     return dh
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """A rebuilt handle kept for tasks that carry the same payload: with its payload's size
+    and the objects that payload named by reference (held, so their ids stay theirs)."""
+
+    handle: Derivative
+    size: int
+    found: tuple[Any, ...]
+
+
+class _Loader(pickle.Unpickler):
+    """``pickle.loads``, noting every object the payload names by reference (functions
+    and classes of modules, modules through cloudpickle's ``subimport``) and the handles
+    rebuilt inside it."""
+
+    def __init__(self, payload: bytes) -> None:
+        super().__init__(io.BytesIO(payload))
+        self.found: list[Any] = []
+
+    def find_class(self, module: str, name: str) -> Any:
+        obj = super().find_class(module, name)
+        self.found.append(obj)
+        if obj is rebuild_handle or any(obj is f for f in _IMPORTERS):
+            found = self.found
+
+            # (the module, or the handle inside: whose own key says whether it is the
+            # one loaded before)
+            def made(*args: Any) -> Any:
+                result = obj(*args)
+                found.append(result)
+                return result
+
+            return made
+        return obj
+
+
+#: cloudpickle's functions that give a module a payload names by reference.
+_IMPORTERS: tuple[Any, ...] = tuple(
+    getattr(cloudpickle.cloudpickle, name) for name in ("subimport", "dynamic_subimport")
+)
+
+
+def _loads(payload: bytes) -> tuple[Any, tuple[Any, ...]]:
+    loader = _Loader(payload)
+    return loader.load(), tuple(loader.found)
 
 
 def _is_user_module(mod: Any) -> bool:
@@ -257,8 +303,8 @@ def _match_x64(enabled: bool) -> None:
 # the notebook's front end over the parent's sockets. Forked children start afresh.
 
 _lock = threading.Lock()
-#: Rebuilt handles by payload digest and meta, with their payload's size.
-_kept: collections.OrderedDict[Any, tuple[Derivative, int]] = collections.OrderedDict()
+#: Rebuilt handles by payload digest, meta and what the payload named by reference.
+_kept: collections.OrderedDict[Any, _Kept] = collections.OrderedDict()
 _rules_seen: collections.OrderedDict[int, Any] = collections.OrderedDict()
 _RULES_KEPT = 4096
 _engines: list[Engine] = []
