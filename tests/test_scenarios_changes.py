@@ -578,6 +578,55 @@ def test_another_thread_changes_what_a_build_read_before_its_guard_is_made(
     check(anynb, "dh(x)", "autograd.grad(f)(x)", times=3, what=f"after `{write}` mid-build:")
 
 
+def test_a_raced_build_is_never_found_by_another_threads_call(
+    anynb: Shell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hunt 53: a build whose data another thread rebound between its run and its guard
+    ("raced") was installed, then dropped: a third thread's call in between (a call's
+    path takes no lock) found its guard holding (it holds the new value) and replayed the
+    old one. Every call made inside an install must answer for the values bound then."""
+    from ipyrefresh._src.entry import Entry
+    from ipyrefresh._src.guard import Guard
+
+    anynb.run(
+        "import threading\nc = 1.0\n"
+        "def f(x):\n    return c * np.sum(np.tanh(x))\n"
+        "dh = grad(f)\nx = onp.array([0.5, 1.5])"
+    )
+    check(anynb, "dh(x)", "autograd.grad(f)(x)", times=2)
+    anynb.run("c = 2.0")
+    check_first, install_first = Guard.check_interpreted, Entry.install
+    writes = [lambda: anynb.ns.__setitem__("c", 3.0)]
+    seen: list[tuple[Any, Any]] = []
+
+    def check_then_write(self: Guard, *args: Any, **kwargs: Any) -> Any:
+        verdict = check_first(self, *args, **kwargs)
+        while writes:
+            writer = threading.Thread(target=writes.pop())
+            writer.start()
+            writer.join()
+        return verdict
+
+    def install_then_call(self: Entry, *args: Any, **kwargs: Any) -> None:
+        install_first(self, *args, **kwargs)
+        ns = anynb.ns
+
+        def other() -> None:
+            seen.append((ns["dh"](ns["x"]), ns["autograd"].grad(ns["f"])(ns["x"])))
+
+        caller = threading.Thread(target=other)
+        caller.start()
+        caller.join()
+
+    monkeypatch.setattr(Guard, "check_interpreted", check_then_write)
+    monkeypatch.setattr(Entry, "install", install_then_call)
+    anynb.run("_a = dh(x)")
+    check(anynb, "dh(x)", "autograd.grad(f)(x)", times=2, what="after the raced build:")
+    assert seen, "no call was made inside an install"
+    for got, want in seen:
+        assert_same(got, want, "a call made inside an install")
+
+
 #: What the pool's threads map, and its oracle: a handle not built yet (hunt 21), and one
 #: made in the mapped function at each item (``grad(inner)(v)``).
 _POOL_WORK = {
@@ -977,3 +1026,24 @@ def test_state_outside_the_dict_changed_in_place_jax(nb: Shell, case: str) -> No
         nb.run(step)
         got, want = nb.run("df(x), jax.grad(f)(x)")
         assert onp.array_equal(onp.asarray(got), onp.asarray(want)), (case, step, got, want)
+
+
+def test_a_cell_ends_while_another_threads_build_waits_for_the_next_cell(anynb: Shell) -> None:
+    """Hunt 53: a thread's first call builds while holding the cache, and its function
+    waits for the notebook's go (an event a later cell sets): the cell's own hooks waited
+    for the cache, so the cell never ended and the next cell never ran (the kernel hung).
+    The hooks only report: past a moment they let the cell end."""
+    anynb.run(
+        "import threading\ngo = threading.Event()\nby_watchdog = []\n"
+        "def f(x):\n    go.wait()\n    return np.sum(np.sin(x) * 2.0)\n"
+        "df = grad(f)\nx = onp.array([0.3, 0.7])\nout = []\n"
+        "worker = threading.Thread(target=lambda: out.append(df(x)), daemon=True)\n"
+        "def _watchdog():\n"
+        "    if not go.wait(30):\n        by_watchdog.append(True)\n        go.set()\n"
+        "threading.Thread(target=_watchdog, daemon=True).start()\n"
+        "worker.start()"
+    )
+    anynb.run("go.set()")  # (a cell that could not run while the first one hung)
+    anynb.run("worker.join(30)")
+    assert not anynb.ns["by_watchdog"], "the cell ran only after the watchdog set the event"
+    check(anynb, "out[0]", "autograd.grad(f)(x)", times=1, what="the thread's answer:")

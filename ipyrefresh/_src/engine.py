@@ -74,6 +74,7 @@ class Engine:
             "unbuilt_calls": 0,
             "calls_before_build": 0,
             "busy_calls": 0,
+            "busy_cells": 0,
             "internal_errors": 0,
         }
         self.listeners: list[Callable[[], None]] = []
@@ -190,8 +191,9 @@ class Engine:
             except (StopIteration, KeyError, RuntimeError):  # (a finalizer raced us)
                 continue
             self._dead.append(key)
-        with self.lock:
-            self._purge_dead()
+        with self.lock_for_hook() as held:
+            if held:
+                self._purge_dead()
 
     def _target_died(self, key: TargetKey) -> None:
         self._dead.append(key)  # from a weakref callback: no lock here, purge later
@@ -350,12 +352,20 @@ class Engine:
             elif stale:
                 self._forget_unanswered(entry)
             raise
-        self._install(entry, outcome, stale, why)
         if outcome.raced is not None:
-            # Another thread changed what the run read before the guard was made: this
-            # answer is for the values of this call; later calls must not reuse it.
-            raced = outcome.raced
-            entry.drop(outcome.variant, Change(raced.kind, raced.subject, self.cell))
+            # Another thread changed what the run read before the guard was made: the
+            # variant holds this run's values and its guard the new ones. This call gets
+            # the run's answer; the variant is never installed, not even for the moment
+            # between an install and a drop, when another thread's call (which takes no
+            # lock) could find it (hunt 53).
+            if outcome.failure is not None:
+                self.internal_error("reading what a derivative reads", outcome.failure, label)
+            if stale:
+                raced = outcome.raced
+                entry.invalidate(Change(raced.kind, raced.subject, self.cell))
+            self._notify()
+            return outcome.result
+        self._install(entry, outcome, stale, why)
         donates = any(name == "donate_argnums" and n for name, n in entry.key.options)
         budget = 0 if donates else self.config.retain_example_bytes
         entry.keep_example(_retain(args, kwargs, budget))
@@ -430,12 +440,31 @@ class Engine:
             self._purge_dead()
             return self._check(self.cache, deep, detection)
 
+    @contextlib.contextmanager
+    def lock_for_hook(self) -> Iterator[bool]:
+        """The lock, for a hook of the shell's between cells: True if it is held. Another
+        thread may hold it for as long as its build runs the user's code, which may wait
+        for the next cell (a training thread waiting for the notebook's go: hunt 53).
+        Past :data:`BUSY_WAIT` the hook does its work another time: it only reports and
+        frees (calls check for themselves), and the cell must end."""
+        held = self.lock.acquire(timeout=BUSY_WAIT)
+        if not held:
+            self.stats["busy_cells"] += 1
+        try:
+            yield held
+        finally:
+            if held:
+                self.lock.release()
+
     def before_cell(self, cell: CellRef) -> None:
         """A cell starts. What a callback, a thread or a silent cell rebound since the
         last cell ended is checked now, with no cell to name; the watch then takes the
         bindings of now as the cell's start (a move it sees after the cell happened in
         it)."""
-        with self.lock:
+        with self.lock_for_hook() as held:
+            if not held:
+                self.cell = cell
+                return
             self.cell = None
             moved = self.watch.moved()
             suspects = self._suspects(moved)
@@ -451,7 +480,9 @@ class Engine:
         the stale ones let go of what they held, and so do handles only they held (their
         targets' entries go too). Returns how many went stale. Then the time between
         cells starts: no cell is current."""
-        with self.lock:
+        with self.lock_for_hook() as held:
+            if not held:
+                return 0
             self._purge_dead()
             moved = self.watch.moved()
             suspects = self._suspects(moved)
@@ -615,6 +646,7 @@ class Engine:
                 "unbuilt_calls": self.stats["unbuilt_calls"],
                 "calls_before_build": self.stats["calls_before_build"],
                 "busy_calls": self.stats["busy_calls"],
+                "busy_cells": self.stats["busy_cells"],
                 "evictions": self.cache.evictions,
                 "internal_errors": self.stats["internal_errors"],
                 "entries": entries,

@@ -206,7 +206,9 @@ class Entry:
             self.verified = cell
         variants = self.variants  # (another thread may have dropped them meanwhile)
         if variants and variants[0] is not variant and variant in variants:
-            self.variants = (variant, *(v for v in variants if v is not variant))
+            first = (variant, *(v for v in variants if v is not variant))
+            if self.variants is variants:  # (a drop since then must not be undone)
+                self.variants = first
 
     def checked(self, cell: CellRef | None) -> None:
         """Every guard held when checked in ``cell`` (by a sweep)."""

@@ -244,9 +244,12 @@ class StatusChannel:
         # fresh, so every guard is checked, array contents included (a cell's changes mark
         # nothing dirty until then; an array changed in place is a change).
         try:  # the cell already ran; the status can wait
-            if self.engine.config.mode != "eager":
-                self.engine.sweep(deep=True, detection=Detection.AFTER_CELL)
-            self._broadcast()
+            with self.engine.lock_for_hook() as held:
+                if not held:  # (another thread's build: the next cell sends it)
+                    return
+                if self.engine.config.mode != "eager":
+                    self.engine.sweep(deep=True, detection=Detection.AFTER_CELL)
+                self._broadcast()
         except Exception as exc:
             self.engine.internal_error("sending the status", exc)
 

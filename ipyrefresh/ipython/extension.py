@@ -158,9 +158,11 @@ class Extension:
                 self.engine.cell = _cell_ref(number, getattr(result, "info", None))
             went = self.engine.after_cell()
             if self.config.mode == "eager":
-                went += self.engine.sweep(deep=True, detection=Detection.AFTER_CELL)
-                if went:
-                    self.engine.refresh(eager=True)
+                with self.engine.lock_for_hook() as held:
+                    if held:
+                        went += self.engine.sweep(deep=True, detection=Detection.AFTER_CELL)
+                        if went:
+                            self.engine.refresh(eager=True)
         except KeyboardInterrupt:  # (Ctrl-C during an eager rebuild: the cell itself ran)
             print(
                 "ipyrefresh: rebuilding after the cell was interrupted; what is stale "
