@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -407,10 +408,14 @@ def _stores(log: CallLog) -> list[str]:
 
 
 def _addresses(log: CallLog) -> list[str]:
-    """Code that may read memory by its address: what it reads there, no guard sees."""
+    """Code that may read memory by its address (by the names it uses, or a global that
+    is ctypes under any name): what it reads there, no guard sees."""
     found = []
-    for code in log.codes:
-        name = codefacts.facts(code).reads_by_address()
+    for code, globs in log.codes.items():
+        facts = codefacts.facts(code)
+        name = facts.reads_by_address()
+        if not name and type(globs) is dict:
+            name = next((g for g in sorted(facts.globals) if dict.get(globs, g) is ctypes), "")
         if name:
             found.append(f"{codefacts.qualname(code)} may read memory by its address ({name})")
     return found

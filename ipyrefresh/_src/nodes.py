@@ -482,7 +482,6 @@ def view_owner(arr: np.ndarray) -> Any:
     ``as_strided``'s holder and a ``memoryview``'s ``.obj`` too. None for an array that owns
     its memory, or views immutable ``bytes``."""
     base: Any = arr.base
-    last = arr  # (the last array met)
     for _ in range(64):
         if base is None:
             break
@@ -490,25 +489,15 @@ def view_owner(arr: np.ndarray) -> Any:
         if isinstance(base, memoryview):
             inner = base.obj
         elif isinstance(base, np.ndarray):
-            last, inner = base, base.base
+            inner = base.base
         else:
             inner = _holder_base(base)
         if inner is None:
             break
         base = inner
-    if base is None or isinstance(base, np.ndarray) or _is_buffer(base):
-        return None if base is None or isinstance(base, bytes) else base
-    # (a DLPack capsule, an exporter with an address: the last array is all numpy knows
-    # of that memory)
-    return None if last is arr else last
-
-
-def _is_buffer(obj: Any) -> bool:
-    try:
-        memoryview(obj).release()
-    except TypeError:
-        return False
-    return True
+    # (A DLPack capsule or an exporter with an address is returned too: what it keeps
+    # may be more than its array shows (hunt 54), and a ViewOwner of it cannot be made.)
+    return None if base is None or base is arr or isinstance(base, bytes) else base
 
 
 def _holder_base(obj: Any) -> Any:

@@ -163,9 +163,22 @@ def _gets_base(getter: Any) -> bool:
     return any(n == "__getattribute__" or "base" in n.split(".") for n in names)
 
 
-#: numpy's helper that gives an array's memory address (``np.byte_bounds`` before 2.0).
-_BYTE_BOUNDS = getattr(getattr(np.lib, "array_utils", np), "byte_bounds", None)
-_BY_ADDRESS_HELPERS = frozenset() if _BYTE_BOUNDS is None else frozenset({id(_BYTE_BOUNDS)})
+#: What reads memory by its address, met under any name: numpy's helper that gives an
+#: array's address (``np.byte_bounds`` before 2.0) and ctypes' functions that read or
+#: write at one; and the ctypes types of pointers (hunt 54: ``C.cast(ADDR, PD)[i]``).
+_BY_ADDRESS_HELPERS = frozenset(
+    id(f)
+    for f in (
+        getattr(getattr(np.lib, "array_utils", np), "byte_bounds", None),
+        ctypes.cast,
+        ctypes.memmove,
+        ctypes.memset,
+        ctypes.string_at,
+        ctypes.wstring_at,
+    )
+    if f is not None
+)
+_POINTER_TYPES = (ctypes._Pointer, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_wchar_p)
 #: The ``_type_`` of ctypes values whose bytes are an address (``c_char_p``, ``c_wchar_p``,
 #: ``c_void_p``): what they point to (``c_char_p(addr).value``) is read, not the bytes.
 _ADDRESSES = frozenset({"z", "Z", "P"})
@@ -488,8 +501,10 @@ class Walker:
         t = type(value)
         if id(value) in _PAST_VIEW_HELPERS or (t in _GETTERS and _gets_base(value)):
             self.past_views_seen = True  # (as_strided or .base under another name)
-        if id(value) in _BY_ADDRESS_HELPERS or (
-            t is BuiltinFunctionType and value.__module__ == "_ctypes"  # (POINTER, pointer)
+        if (
+            id(value) in _BY_ADDRESS_HELPERS
+            or (t is BuiltinFunctionType and value.__module__ == "_ctypes")  # (POINTER)
+            or (isinstance(value, type) and issubclass(value, _POINTER_TYPES))
         ):
             raise Unguardable(f"{label} reads memory by its address")
         if is_scalar(value):
