@@ -1047,3 +1047,28 @@ def test_a_cell_ends_while_another_threads_build_waits_for_the_next_cell(anynb: 
     anynb.run("worker.join(30)")
     assert not anynb.ns["by_watchdog"], "the cell ran only after the watchdog set the event"
     check(anynb, "out[0]", "autograd.grad(f)(x)", times=1, what="the thread's answer:")
+
+
+def test_stale_and_refresh_say_busy_while_another_threads_build_waits(
+    nb: Shell, capsys: Any
+) -> None:
+    """Hunt 54: ``%stale`` and ``%refresh`` waited for the cache for ever while another
+    thread's build ran a function waiting for a later cell (the kernel hung). They say
+    the cache is busy instead, and answer again once the build returns."""
+    nb.run(
+        "import threading\ngo, inside = threading.Event(), threading.Event()\n"
+        "def f(x):\n    inside.set()\n    go.wait(30)\n    return np.sum(np.sin(x) * 2.0)\n"
+        "df = grad(f)\nx = onp.array([0.3, 0.7])\n%config IPyRefresh.build_at_call = 1\n"
+        "worker = threading.Thread(target=lambda: df(x), daemon=True)\n"
+        "worker.start()\ninside.wait(30)"
+    )
+    capsys.readouterr()
+    nb.run("%stale")
+    nb.run("%refresh")
+    out = capsys.readouterr().out
+    assert out.count("another thread is building") == 2, out
+    nb.run("go.set()\nworker.join(30)")
+    capsys.readouterr()
+    nb.run("%stale")
+    assert "fresh" in capsys.readouterr().out
+    check(nb, "df(x)", "autograd.grad(f)(x)", times=2, what="after the build returned:")

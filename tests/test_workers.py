@@ -407,6 +407,11 @@ def test_kept_handles_are_bounded_by_the_data_they_carry(ip: Shell) -> None:
     del pinned
     kept = sum(k.size for k in pickling._kept.values())
     assert kept <= pickling._KEEP_BYTES, (kept, len(pickling._kept))
+    # (hunt 54: the newest was kept whatever its size; one too big is not kept)
+    ip.run("W = onp.ones(5_000_000)")  # (40 MB a payload: twice that is held)
+    big = pickle.loads(pickle.dumps(ip.ns["dhw"]))
+    same_result(big(0.5), autograd.grad(ip.ns["hw"])(0.5))
+    assert all(k.handle is not big for k in pickling._kept.values())
 
 
 @pytest.mark.parametrize("start", ["fork", "spawn"])

@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
 #: Payload format; bumped if what ``reduce_handle`` sends changes shape.
 _FORMAT = 2
-#: Distinct payloads whose rebuilt handles a process keeps, and the most bytes of payload
-#: (the data they carry, which each kept handle holds) kept beyond the newest one.
+#: Distinct payloads whose rebuilt handles a process keeps, and the most bytes they hold
+#: (twice the data their payloads carry: as loaded, and in the compiled entry).
 _KEEP = 16
 _KEEP_BYTES = 64 * 2**20
 #: Per thread, the handles being pickled now (a function that reads its own handle).
@@ -192,11 +192,16 @@ def rebuild_handle(payload: bytes, meta: tuple[Any, ...]) -> Derivative:
             _kept.move_to_end(key)
             return kept.handle
     dh = _new_handle(fn, meta)
+    # (It holds the payload's data twice, as loaded and in its compiled entry. One too big
+    # to keep is not kept: del frees it, as for the function itself: hunt 54.)
+    size = 2 * len(payload)
+    if size > _KEEP_BYTES:
+        return dh
     with _lock:
-        _kept[key] = _Kept(dh, len(payload), found)
-        size = sum(k.size for k in _kept.values())
-        while len(_kept) > _KEEP or (len(_kept) > 1 and size > _KEEP_BYTES):
-            size -= _kept.popitem(last=False)[1].size
+        _kept[key] = _Kept(dh, size, found)
+        total = sum(k.size for k in _kept.values())
+        while len(_kept) > _KEEP or total > _KEEP_BYTES:
+            total -= _kept.popitem(last=False)[1].size
     return dh
 
 

@@ -30,6 +30,14 @@ from .report import stale_report
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
+#: What %stale and %refresh say while another thread's build holds the cache (its
+#: function may be waiting for a later cell: waiting for it could hang the kernel).
+BUSY = (
+    "ipyrefresh: another thread is building a derivative (its function is running), so "
+    "the cache cannot be checked now; try again when that call returns."
+)
+
+
 class _Decorator(Protocol):
     def __call__(self, fn: _F, /) -> _F: ...
 
@@ -101,7 +109,11 @@ class IPyRefreshMagics(Magics):
         """Which cached derivatives would be rebuilt at their next call, and why
         (every guard is checked now, array contents included): ``%stale``."""
         _parse("stale", line)
-        print(stale_report(self.engine.status(check=True)))
+        with self.engine.lock_for_hook() as held:
+            if not held:
+                print(BUSY)
+                return
+            print(stale_report(self.engine.status(check=True)))
 
     @magic_arguments()
     @argument("--all", action="store_true", help="rebuild fresh derivatives too")
@@ -110,7 +122,11 @@ class IPyRefreshMagics(Magics):
     def refresh(self, line: str) -> None:
         """Rebuild stale derivatives now: ``%refresh [name] [--all]``."""
         opts = _parse("refresh", line)
-        report = self.engine.refresh(opts.name, force=opts.all)
+        with self.engine.lock_for_hook() as held:
+            if not held:
+                print(BUSY)
+                return
+            report = self.engine.refresh(opts.name, force=opts.all)
         rebuilt, pending, failed = report["rebuilt"], report["pending"], report["failed"]
         if opts.name is not None and not report["matched"]:
             print(f"Nothing to refresh: no cached derivative depends on {opts.name!r}.")
