@@ -547,17 +547,15 @@ def _bracket_gc() -> None:
 def unbracket_gc() -> None:
     """Take the two callbacks of :func:`_bracket_gc` out of ``gc.callbacks`` (the
     extension unloaded), unless a recording runs now; the next recording puts them back."""
-    with _RECORDINGS_LOCK:
-        if _recordings[0]:
-            return
-        for callback in (_gc_first, _gc_last):
-            with contextlib.suppress(ValueError):
-                gc.callbacks.remove(callback)
+    if any(_recording_threads.values()):
+        return
+    for callback in (_gc_first, _gc_last):
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(callback)
 
 
-#: Recordings running now, in any thread (they need :func:`_bracket_gc`'s callbacks).
-_recordings = [0]
-_RECORDINGS_LOCK = threading.Lock()
+#: Recordings running now, per thread (they need :func:`_bracket_gc`'s callbacks).
+_recording_threads: dict[int, int] = {}
 
 
 def _active() -> list[tuple[CallLog, FrameType | None]]:
@@ -656,6 +654,7 @@ def reset_if_idle() -> None:
     """
     if getattr(_local, "stack", None):
         _local.stack = []
+    _recording_threads.pop(threading.get_ident(), None)
     if sys.getprofile() is _profile:
         sys.setprofile(None)
     _Monitor.reset()
@@ -682,14 +681,20 @@ def record(enabled: bool = True) -> Iterator[CallLog]:
         yield log
         return
     boundary = sys._getframe(2)  # the frame that opened the recording
-    with _RECORDINGS_LOCK:
-        _recordings[0] += 1
-        _bracket_gc()
+    # (No lock: a KeyboardInterrupt landing while one was held left it held for good.
+    # Only this thread writes its own count; one lost to an interrupt only keeps the gc
+    # callbacks in place until the next cell's reset_if_idle.)
+    me = threading.get_ident()
+    _recording_threads[me] = _recording_threads.get(me, 0) + 1
     try:
+        _bracket_gc()
         yield from _recorded(log, boundary)
     finally:
-        with _RECORDINGS_LOCK:
-            _recordings[0] -= 1
+        left = _recording_threads.get(me, 1) - 1
+        if left > 0:
+            _recording_threads[me] = left
+        else:
+            _recording_threads.pop(me, None)
 
 
 def _recorded(log: CallLog, boundary: FrameType) -> Iterator[CallLog]:
