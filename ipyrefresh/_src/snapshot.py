@@ -265,7 +265,7 @@ class Walker:
         self.budget = budget
         #: The code may read past a view's own elements (``W.base``): the owner of an
         #: argument's view is compared too (a global's always is). Set by what the code
-        #: names (see ``build._walk``) and by what the walk meets (:meth:`_past_views`).
+        #: names (see ``build._walk``), or after a walk that met a way past a view.
         self.past_views = past_views
         #: The walk met a helper that reads past views (``as_strided`` bound to another
         #: name, ``attrgetter('base')``): the walk is made again with ``past_views``.
