@@ -1025,6 +1025,8 @@ CASES = [
         import sys
         MODE = sys.intern("".join(["mode_", "interned"]))
         M2 = MODE
+        KEPT = MODE  # keeps the interned string alive: whether sys.intern(MODE) gives
+        # it back must not hang on when the collector frees the old one
         def f(x):
             return x ** 2 * (2.0 if sys.intern(MODE) is M2 else 3.0)
         x = 0.5
