@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._src.config import IPyRefresh
+from ._src.engine import EngineBusy
 from ._src.handles import (
     Derivative,
     elementwise_grad,
@@ -26,6 +27,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     "Derivative",
+    "EngineBusy",
     "IPyRefresh",
     "TargetGone",
     "elementwise_grad",

@@ -1072,3 +1072,47 @@ def test_stale_and_refresh_say_busy_while_another_threads_build_waits(
     nb.run("%stale")
     assert "fresh" in capsys.readouterr().out
     check(nb, "df(x)", "autograd.grad(f)(x)", times=2, what="after the build returned:")
+
+
+def test_requests_and_housekeeping_never_wait_for_another_threads_build(nb: Shell) -> None:
+    """Hunt 54: ``status()``, ``refresh()``, ``%callgraph``, ``%config``, ``%unload_ext``,
+    ``%load_ext`` and ``%reset`` waited for the cache for ever while another thread's
+    build ran a function waiting for a later cell. Requests raise ``EngineBusy`` (a clear
+    error); housekeeping is done by the first cell after the build returns."""
+    from IPython.core.error import UsageError
+
+    import ipyrefresh
+    from ipyrefresh._src.handles import current
+
+    nb.run(
+        "import threading\ngo, inside = threading.Event(), threading.Event()\n"
+        "timed_out = []\n"
+        "def f(x):\n    inside.set()\n    if not go.wait(30):\n        timed_out.append(1)\n"
+        "    import autograd.numpy as anp  # (the cell's names are gone by then: %reset)\n"
+        "    return anp.sum(anp.sin(x) * 2.0)\n"
+        "df = grad(f)\nx = onp.array([0.3, 0.7])\n%config IPyRefresh.build_at_call = 1\n"
+        "worker = threading.Thread(target=lambda: df(x), daemon=True)\n"
+        "worker.start()\ninside.wait(30)"
+    )
+    go, worker, timed_out = nb.ns["go"], nb.ns["worker"], nb.ns["timed_out"]
+    for request in ["ipyrefresh.status()", "ipyrefresh.refresh()"]:
+        exc = nb.run_error(f"import ipyrefresh\n{request}")
+        assert isinstance(exc, ipyrefresh.EngineBusy), (request, exc)
+    exc = nb.run_error("%callgraph f")
+    assert isinstance(exc, UsageError) and "another thread is building" in str(exc), exc
+    nb.run("%config IPyRefresh.max_entries = 3")
+    nb.run("%unload_ext ipyrefresh")
+    nb.run("%load_ext ipyrefresh")
+    nb.run("%reset -f")
+    assert not timed_out, "a request or a cell waited for the thread's build"
+    go.set()
+    worker.join(30)
+    nb.run("pass")  # (the first cell that holds the cache does what %reset and %config asked)
+    engine = current()
+    assert engine.cache.max_entries == 3
+    assert ipyrefresh.status()["entries_total"] == 0
+    assert ipyrefresh.status()["busy_requests"] >= 3
+    nb.run(PRELUDE)
+    nb.run("def f(x):\n    return np.sum(np.cos(x) * 3.0)\ndf = grad(f)\nx = onp.array([0.3, 0.7])")
+    check(nb, "df(x)", "autograd.grad(f)(x)", times=2, what="after the housekeeping:")
+    assert ipyrefresh.status()["fresh"] == 1

@@ -53,6 +53,21 @@ MAX_VARIANTS = 8
 #: How long a call waits for the cache while another thread holds it (seconds), before
 #: it answers by running the code (see :meth:`Engine.call`).
 BUSY_WAIT = 1.0
+
+
+class EngineBusy(RuntimeError):
+    """Another thread's build holds the cache past :data:`BUSY_WAIT`: its function is
+    running, and may wait for a later cell, so a request that needs the cache now
+    (``status()``, ``refresh()``, ``%stale``, ``%callgraph``...) says so instead of
+    hanging the kernel."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "ipyrefresh: another thread is building a derivative (its function is "
+            "running), so the cache cannot be checked now; try again when that call returns."
+        )
+
+
 #: Fixed targets without a handle whose entries stay until the cell ends (see release).
 KEPT_RELEASED = 8
 
@@ -75,6 +90,7 @@ class Engine:
             "calls_before_build": 0,
             "busy_calls": 0,
             "busy_cells": 0,
+            "busy_requests": 0,
             "internal_errors": 0,
         }
         self.listeners: list[Callable[[], None]] = []
@@ -84,25 +100,42 @@ class Engine:
         self._warned: set[str] = set()
         #: Entries whose variants changed since the last check after a cell.
         self._changed: weakref.WeakSet[Entry] = weakref.WeakSet()
+        #: Housekeeping asked for while another thread's build held the cache (``%reset``,
+        #: ``%unload_ext``, ``%config``): done, in order, by the next hook or request
+        #: that holds it (see :meth:`_when_free`).
+        self._deferred: list[Callable[[], None]] = []
         self.watch = Watch()
         self._observe(self.config)
 
     # -- configuration -------------------------------------------------------------------
     def _observe(self, config: IPyRefresh) -> None:
         def resize(change: dict[str, Any]) -> None:
-            with self.lock:
-                self.cache.max_entries = change["new"]
-                self.cache.shrink()
+            self._when_free(lambda: self._resize(change["new"]))
 
         config.observe(resize, names="max_entries")
 
+    def _resize(self, max_entries: int) -> None:
+        self.cache.max_entries = max_entries
+        self.cache.shrink()
+
     def use_config(self, config: IPyRefresh) -> None:
         """Adopt the shell's configurable (``%config IPyRefresh...``)."""
-        with self.lock:
-            self.config = config
-            self.cache.max_entries = config.max_entries
-            self.cache.shrink()
-            self._observe(config)
+        self.config = config  # (read by calls without the lock: one reference, swapped)
+        self._observe(config)
+        self._when_free(lambda: self._resize(config.max_entries))
+
+    def _when_free(self, job: Callable[[], None]) -> None:
+        """Do ``job`` with the cache held: now, or (another thread's build holding it past
+        :data:`BUSY_WAIT`) when the next hook or request holds it. Its function may wait
+        for a later cell, so ``%reset`` or ``%config`` must not wait for it."""
+        with self.lock_for_hook() as held:
+            self._deferred.append(job)
+            if held:
+                self._run_deferred()
+
+    def _run_deferred(self) -> None:
+        while self._deferred:
+            self._deferred.pop(0)()
 
     # -- targets and entries ---------------------------------------------------------------
     def target(self, target: Target) -> Target:
@@ -436,9 +469,23 @@ class Engine:
         """Check every fresh entry's code and data now (arrays' contents too if ``deep``);
         mark the changed ones stale. Returns how many went stale. Reporting only: calls
         check for themselves."""
-        with self.lock:
+        with self.lock_for_request():
             self._purge_dead()
             return self._check(self.cache, deep, detection)
+
+    @contextlib.contextmanager
+    def lock_for_request(self) -> Iterator[None]:
+        """The lock, for what the user asks now (``status()``, ``refresh()``, the magics,
+        the status bar's requests): past :data:`BUSY_WAIT` another thread's build still
+        holds it, and :class:`EngineBusy` says so."""
+        if not self.lock.acquire(timeout=BUSY_WAIT):
+            self.stats["busy_requests"] += 1
+            raise EngineBusy()
+        try:
+            self._run_deferred()
+            yield
+        finally:
+            self.lock.release()
 
     @contextlib.contextmanager
     def lock_for_hook(self) -> Iterator[bool]:
@@ -451,6 +498,8 @@ class Engine:
         if not held:
             self.stats["busy_cells"] += 1
         try:
+            if held:
+                self._run_deferred()
             yield held
         finally:
             if held:
@@ -510,18 +559,19 @@ class Engine:
     def attach(self) -> None:
         """A shell loaded the extension: cells are numbered, and the fresh entries (kept
         from an earlier load) are checked and watched from the next cell on."""
-        with self.lock:
-            self.attached = True
-            self._changed.update(self.cache)
+        self.attached = True
+        self._when_free(lambda: self._changed.update(self.cache))
 
     def detach(self) -> None:
         """The shell is gone (the extension unloaded): no more cells, nothing watched."""
-        with self.lock:
-            self.attached = False
-            self.cell = None
-            self.cell_ended()
-            self.watch.clear()
-            self._changed.clear()
+        self.attached = False
+        self.cell = None
+        self._when_free(self._forget_cells)
+
+    def _forget_cells(self) -> None:
+        self.cell_ended()
+        self.watch.clear()
+        self._changed.clear()
 
     def _check(
         self,
@@ -574,7 +624,7 @@ class Engine:
         last build had effects (they would print, draw or count behind the user's back).
         Either way the global random generators are put back as they were."""
         report: dict[str, Any] = {"rebuilt": [], "pending": [], "failed": [], "matched": 0}
-        with self.lock:
+        with self.lock_for_request():
             self.sweep(deep=True, detection=Detection.ON_REQUEST)
             for entry in self.cache:
                 if name is not None and not mentions(entry, name):
@@ -612,17 +662,21 @@ class Engine:
         return report
 
     def clear(self) -> None:
-        """Forget every cached derivative (``%reset`` does this)."""
-        with self.lock:
-            self.cache.clear()
-            self._targets.clear()
-            self._changed.clear()
-            self.watch.clear()
+        """Forget every cached derivative (``%reset`` does this; while another thread's
+        build holds the cache, the next cell does: calls check for themselves)."""
+        self._when_free(self._forget_all)
+
+    def _forget_all(self) -> None:
+        self.cache.clear()
+        self._targets.clear()
+        self._changed.clear()
+        self.watch.clear()
 
     def status(self, check: bool = True) -> dict[str, Any]:
         """A plain, JSON-serialisable picture of the cache. ``check`` runs every guard
-        first (arrays' contents included), so that "fresh" means fresh now."""
-        with self.lock:
+        first (arrays' contents included), so that "fresh" means fresh now. Raises
+        :class:`EngineBusy` while another thread's build holds the cache."""
+        with self.lock_for_request():
             if check:
                 self.sweep(deep=True, detection=Detection.ON_REQUEST)
             entries = [entry_status(e) for e in self.cache]
@@ -647,6 +701,7 @@ class Engine:
                 "calls_before_build": self.stats["calls_before_build"],
                 "busy_calls": self.stats["busy_calls"],
                 "busy_cells": self.stats["busy_cells"],
+                "busy_requests": self.stats["busy_requests"],
                 "evictions": self.cache.evictions,
                 "internal_errors": self.stats["internal_errors"],
                 "entries": entries,

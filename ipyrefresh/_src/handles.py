@@ -282,10 +282,12 @@ def hessian(fun: Any, argnum: Any = 0) -> Derivative:
 
 def status(check: bool = True) -> dict[str, Any]:
     """Every cached derivative: fresh or stale (and why), builds, hits, what it reads.
-    ``check`` (the default) first checks each one against the current code and data."""
+    ``check`` (the default) first checks each one against the current code and data.
+    Raises :class:`~ipyrefresh.EngineBusy` while another thread's build holds the cache."""
     return current().status(check)
 
 
 def refresh(name: str | None = None, force: bool = False) -> dict[str, Any]:
-    """Rebuild stale derivatives now (those depending on ``name``, if given)."""
+    """Rebuild stale derivatives now (those depending on ``name``, if given). Raises
+    :class:`~ipyrefresh.EngineBusy` while another thread's build holds the cache."""
     return current().refresh(name, force)

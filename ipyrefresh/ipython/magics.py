@@ -14,7 +14,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 
 from .._src import compilers
 from .._src.compilers.base import Transform
-from .._src.engine import Engine
+from .._src.engine import Engine, EngineBusy
 from .._src.handles import Derivative
 from .._src.targets import TargetGone, target_in
 from .gradline import (
@@ -28,14 +28,6 @@ from .gradline import (
 from .report import stale_report
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-
-
-#: What %stale and %refresh say while another thread's build holds the cache (its
-#: function may be waiting for a later cell: waiting for it could hang the kernel).
-BUSY = (
-    "ipyrefresh: another thread is building a derivative (its function is running), so "
-    "the cache cannot be checked now; try again when that call returns."
-)
 
 
 class _Decorator(Protocol):
@@ -109,11 +101,10 @@ class IPyRefreshMagics(Magics):
         """Which cached derivatives would be rebuilt at their next call, and why
         (every guard is checked now, array contents included): ``%stale``."""
         _parse("stale", line)
-        with self.engine.lock_for_hook() as held:
-            if not held:
-                print(BUSY)
-                return
+        try:
             print(stale_report(self.engine.status(check=True)))
+        except EngineBusy as exc:  # (another thread's build: its function may wait for us)
+            print(exc)
 
     @magic_arguments()
     @argument("--all", action="store_true", help="rebuild fresh derivatives too")
@@ -122,11 +113,11 @@ class IPyRefreshMagics(Magics):
     def refresh(self, line: str) -> None:
         """Rebuild stale derivatives now: ``%refresh [name] [--all]``."""
         opts = _parse("refresh", line)
-        with self.engine.lock_for_hook() as held:
-            if not held:
-                print(BUSY)
-                return
+        try:
             report = self.engine.refresh(opts.name, force=opts.all)
+        except EngineBusy as exc:
+            print(exc)
+            return
         rebuilt, pending, failed = report["rebuilt"], report["pending"], report["failed"]
         if opts.name is not None and not report["matched"]:
             print(f"Nothing to refresh: no cached derivative depends on {opts.name!r}.")
@@ -158,7 +149,7 @@ class IPyRefreshMagics(Magics):
         form = "text" if opts.text else "svg" if opts.svg else "auto"
         try:
             run(self.shell, self.engine, opts.name, form)
-        except CallgraphError as exc:
+        except (CallgraphError, EngineBusy) as exc:
             raise UsageError(f"%callgraph: {exc}") from None
 
 
