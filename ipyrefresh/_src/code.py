@@ -512,6 +512,20 @@ def is_user_file(filename: str) -> bool:
     return known
 
 
+def is_user_module(ns: Mapping[str, Any]) -> bool:
+    """A module of the user's, by its namespace: from a source file outside the libraries,
+    or made in the session (a notebook's ``__main__``, ``types.ModuleType(...)``); not one
+    built into Python or frozen in it. (The namespace, not ``getattr``: a module's
+    ``__getattr__`` is the user's code.)"""
+    file = ns.get("__file__")
+    if type(file) is str:
+        return is_user_file(file)
+    name = ns.get("__name__")
+    if type(name) is str and name in sys.builtin_module_names:
+        return False
+    return getattr(ns.get("__spec__"), "origin", None) not in ("built-in", "frozen")
+
+
 def is_user_frame(code: CodeType, globs: Mapping[str, Any]) -> bool:
     """User code running in ``globs``. Generated code (``<string>``) counts only when it
     runs in the user's namespace or a user module: libraries exec helpers too
@@ -529,7 +543,5 @@ def is_user_frame(code: CodeType, globs: Mapping[str, Any]) -> bool:
     module = sys.modules.get(name)
     if module is None:  # a module object made by hand (types.ModuleType), or namedtuple's
         return not name.startswith("namedtuple_")
-    file = module.__dict__.get("__file__") if type(module.__dict__) is dict else None
-    if type(file) is not str:
-        return True
-    return not os.path.normcase(os.path.realpath(file)).startswith(_LIBRARY)
+    ns = object.__getattribute__(module, "__dict__")
+    return type(ns) is not dict or is_user_module(ns)

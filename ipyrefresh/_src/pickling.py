@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
+from .code import is_user_module
 from .keys import Transform
 
 if TYPE_CHECKING:
@@ -111,7 +112,12 @@ class _Pickler(_CloudPickler):
                 return reduced
         if not self.by_reference and type(module) is str:
             found = sys.modules.get(module)
-            self.by_reference = found is not None and _is_user_module(found)
+            # (cloudpickle sends what a notebook's ``__main__`` defines by value)
+            self.by_reference = (
+                isinstance(found, ModuleType)
+                and module != "__main__"
+                and is_user_module(object.__getattribute__(found, "__dict__"))
+            )
         return super().reducer_override(obj)
 
 
@@ -250,20 +256,6 @@ _IMPORTERS: tuple[Any, ...] = tuple(
 def _loads(payload: bytes) -> tuple[Any, tuple[Any, ...]]:
     loader = _Loader(payload)
     return loader.load(), tuple(loader.found)
-
-
-def _is_user_module(mod: Any) -> bool:
-    from .code import is_user_file
-
-    name = getattr(mod, "__name__", None)
-    if not isinstance(mod, ModuleType) or name in sys.builtin_module_names:
-        return False
-    if name == "__main__":  # (a notebook's functions go by value, naming it as data)
-        return False
-    path = getattr(mod, "__file__", None)
-    if isinstance(path, str):
-        return is_user_file(path)
-    return getattr(mod, "__spec__", None) is None  # (made in a notebook, not frozen)
 
 
 def _runs_its_code(dh: Derivative) -> bool:

@@ -767,7 +767,7 @@ class Walker:
         cls = type(mod)
         if cls is not ModuleType and _patchable(cls):  # (a lazy module's __getattr__)
             self._class_root(cls)
-        if type(ns) is dict and id(mod) not in self._modules and _is_user_module(mod, ns):
+        if type(ns) is dict and id(mod) not in self._modules and codefacts.is_user_module(ns):
             self._modules.add(id(mod))
             self._keep.append(mod)
             name = ns.get("__name__")
@@ -975,15 +975,6 @@ def _library_namespace(ns: dict[str, Any]) -> bool:
     """The namespace of a library's module (numpy's, jax's), not the user's."""
     file = ns.get("__file__")
     return type(file) is str and not codefacts.is_user_file(file)
-
-
-def _is_user_module(mod: ModuleType, ns: dict[str, Any]) -> bool:
-    """A module of the user's: from a file outside the libraries, or made in a notebook."""
-    file = ns.get("__file__")
-    if type(file) is str:
-        return codefacts.is_user_file(file)
-    name = ns.get("__name__")
-    return not (type(name) is str and name in sys.builtin_module_names)
 
 
 class _TargetOf(Reader):
