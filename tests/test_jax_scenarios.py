@@ -931,6 +931,31 @@ STORERS = {
         "    return jnp.sum(x * jax.random.normal(sub, (3,)))",
         "km.KS.key",
     ),
+    # (hunt 55: library functions that change their first argument)
+    "heapq.heappush": (
+        "import heapq\nbest = []\n"
+        "def f(x):\n    y = jnp.sum(jnp.sin(x))\n"
+        "    heapq.heappush(best, (len(best), jax.lax.stop_gradient(y)))\n    return y",
+        "best[0][1]",
+    ),
+    "insort, imported by name": (
+        "from bisect import insort\nbest = []\n"
+        "def f(x):\n    y = jnp.sum(jnp.sin(x))\n"
+        "    insort(best, (len(best), jax.lax.stop_gradient(y)))\n    return y",
+        "best[0][1]",
+    ),
+    "operator.iadd": (
+        "import operator\nlog = []\n"
+        "def f(x):\n    y = jnp.sum(jnp.sin(x))\n"
+        "    operator.iadd(log, [jax.lax.stop_gradient(y)])\n    return y",
+        "log[0]",
+    ),
+    "list.__init__": (
+        "log = []\n"
+        "def f(x):\n    y = jnp.sum(jnp.sin(x))\n"
+        "    list.__init__(log, [jax.lax.stop_gradient(y)])\n    return y",
+        "log[0]",
+    ),
     "memo filled lazily": (
         "CACHE = {}\n"
         "def basis():\n    if 'm' not in CACHE:\n        CACHE['m'] = jnp.cos(jnp.arange(3.0))\n"

@@ -200,7 +200,11 @@ def _scan(code: CodeType) -> CodeFacts:
         introspects=introspects,
         loaded_locals=frozenset(loaded),
         const_names=frozenset(const_names),
-        writes_objects=writes or not _MUTATORS.isdisjoint(attrs),
+        writes_objects=(
+            writes
+            or not _MUTATORS.isdisjoint(attrs)
+            or not _MUTATING_FUNCTIONS.isdisjoint(attrs | names)
+        ),
     )
 
 
@@ -248,17 +252,16 @@ _INITIALISERS = frozenset({"__init__", "__post_init__"})
 _STORE_OBJECT = frozenset(
     {"STORE_SUBSCR", "DELETE_SUBSCR", "STORE_ATTR", "DELETE_ATTR", "STORE_SLICE"}
 )
+_INPLACE = "add and concat floordiv lshift matmul mod mul or pow rshift sub truediv xor"
 #: Methods of the builtin containers (and files, queues) that change their object, and
 #: ``operator``'s and ``importlib``'s that write or reach other code. Not ``add``: in JAX
-#: code it is functional (``x.at[i].add(v)``); ``s.add`` on a global still changes what
-#: the code reads.
+#: code it is functional (``x.at[i].add(v)``), and a set cannot hold a tracer.
 _MUTATORS = frozenset(
     {
         "append",
         "extend",
         "extendleft",
         "update",
-        "__ior__",
         "setitem",
         "delitem",
         "setattr",
@@ -280,7 +283,6 @@ _MUTATORS = frozenset(
         "__delitem__",
         "__setattr__",
         "__delattr__",
-        "__iadd__",
         "put",
         "put_nowait",
         "write",
@@ -289,6 +291,30 @@ _MUTATORS = frozenset(
         "resize",
         "itemset",
         "setfield",
+    }
+)
+
+
+#: Library functions that change their first argument, by the name they are called
+#: through: an attribute, or a global (``from heapq import heappush``). Hunt 55: heapq's
+#: and bisect's C code gave a list jax.jit's tracers.
+_MUTATING_FUNCTIONS = frozenset(
+    {
+        "heappush",
+        "heappop",
+        "heappushpop",
+        "heapreplace",
+        "heapify",
+        "insort",
+        "insort_left",
+        "insort_right",
+        "shuffle",
+        "copyto",
+        "place",
+        "putmask",
+        "__init__",
+        *(f"i{op}" for op in _INPLACE.split()),
+        *(f"__i{op}__" for op in _INPLACE.split()),
     }
 )
 
