@@ -12,6 +12,8 @@ def same_result(got: Any, want: Any) -> None:
     """The same types, shapes, dtypes and bits (NaN where autograd has NaN)."""
     if isinstance(want, dict):
         assert type(got) is dict and list(got) == list(want)
+        # (keys of the same types: autograd gives back the caller's own key objects)
+        assert [type(k) for k in got] == [type(k) for k in want], (list(got), list(want))
         for k in want:
             same_result(got[k], want[k])
         return

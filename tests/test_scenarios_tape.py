@@ -1625,3 +1625,59 @@ def test_a_warnings_filter_by_autograds_module_acts_on_the_replay(nb: Shell, act
     runs = nb.run("ipyrefresh.status()")["entries"][0]["runs"]
     assert runs[0].startswith("tape:"), runs  # (the replay answered)
     assert nb.ns["ours"][0].startswith("raised") == (action == "error")
+
+
+def test_a_dict_gradient_holds_the_callers_own_key_objects(nb: Shell) -> None:
+    """Hunt 56: a replay wrote a dict gradient's keys by their repr, so a key of the
+    user's str subclass came back a plain str (a case-insensitive key's lookup then
+    failed), with status fresh. autograd gives back the caller's own key objects."""
+    nb.run(
+        "class Name(str):\n    pass\n"
+        "class CI(str):\n"
+        "    def __eq__(self, o):\n        return str.lower(self) == str.lower(o)\n"
+        "    def __hash__(self):\n        return hash(str.lower(self))\n"
+        "def f(p):\n    return np.sum(p['w'] ** 2)\n"
+        "def args():\n    return {'w': onp.ones(2), Name('b'): onp.ones(2) * 2, CI('Tau'): 3.0}\n"
+        "df = grad(f)"
+    )
+    for k in range(4):
+        nb.run("p = args()")
+        got, want = nb.run("df(p), autograd.grad(f)(p)")
+        assert_same(got, want, f"call {k + 1}")
+        assert all(a is b for a, b in zip(got, nb.ns["p"], strict=True)), f"call {k + 1}"
+        assert nb.run("df(p)[CI('tau')] == 0.0")
+
+
+@pytest.mark.parametrize("kind", ["float64", "int64"])
+def test_a_numpy_scalar_subclass_is_not_its_base_type(nb: Shell, kind: str) -> None:
+    """Hunt 56: a subclass of a numpy scalar type keyed as the type itself, so a replay
+    built for ``np.float64`` answered for it where autograd raises (no vector space for
+    the subclass), with status fresh."""
+    nb.run(
+        f"class F(onp.{kind}):\n    pass\n"
+        "def f(x):\n    return x * x * 3.0\ndf = grad(f)\n"
+        f"for _ in range(3):\n    df(onp.float64(2.0))"
+    )
+    want = nb.run_error("autograd.grad(f)(F(3))")
+    got = nb.run_error("df(F(3))")
+    assert type(got) is type(want) and str(got) == str(want), (got, want)
+    check(nb, "df(onp.float64(2.5))", "autograd.grad(f)(onp.float64(2.5))", times=1)
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [
+        "cfg = [2.0]\ncfg.append(cfg)",
+        "cfg = {0: 2.0}\ncfg['s'] = cfg",
+        "cfg = [2.0]\nfor _ in range(5000):\n    cfg = [cfg[0], cfg]",
+    ],
+    ids=["list in itself", "dict in itself", "5000 deep"],
+)
+def test_an_argument_that_contains_itself_or_nests_deep(nb: Shell, setup: str) -> None:
+    """Hunt 56: the cache key followed an argument's lists and dicts without end: a list
+    that contains itself made every call raise RecursionError (no internal error
+    counted). Past a depth the call makes no key, and runs the code as autograd does."""
+    nb.run(f"{setup}\ndef f(x, cfg):\n    return np.sum(x) * cfg[0]\ndf = grad(f)")
+    check(nb, "df(onp.ones(2), cfg)", "autograd.grad(f)(onp.ones(2), cfg)", times=3)
+    check(nb, "df(onp.ones(2), [3.0])", "autograd.grad(f)(onp.ones(2), [3.0])", times=3)
+    assert nb.run("import ipyrefresh\nipyrefresh.status()['internal_errors']") == 0

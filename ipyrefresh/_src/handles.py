@@ -16,11 +16,13 @@ import weakref
 from types import FrameType
 from typing import Any
 
+from . import compilers
 from .build import check_differentiable
-from .compilers.base import Miss, Transform, Variant, check_variant
+from .compilers.base import Miss, Request, Transform, Variant, check_variant
 from .engine import ArgumentMiss, Engine, current
 from .entry import Entry
-from .keys import EntryKey, Signature, call_signature, check_argnum
+from .guard import Guard
+from .keys import EntryKey, Signature, Unkeyable, call_signature, check_argnum
 from .pickling import dask_token, reduce_handle
 from .targets import FixedTarget, Target, label_of, target_for
 
@@ -153,6 +155,15 @@ class Derivative:
                 RuntimeWarning,
                 stacklevel=2,
             )
+        try:
+            return self._cached(fn, backend, args, kwargs)
+        except Unkeyable as exc:  # (a list that contains itself: no key, no entry)
+            request = Request(self.transform, self.argnum, self.options)
+            plain = compilers.get(backend).fallback(request, Guard(), str(exc))
+            return plain.run(fn, args, kwargs)
+
+    def _cached(self, fn: Any, backend: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The answer of the cache: a variant whose guard holds, else the engine's."""
         hot = self._hot
         sig: tuple[str, Signature] | None = None
         #: Variants whose guard failed on an argument's value at this call: not checked

@@ -55,10 +55,20 @@ def is_jax_array_type(t: type) -> bool:
     return found
 
 
-def arg_signature(x: Any, jax_backend: bool = False) -> Hashable:
+class Unkeyable(Exception):
+    """An argument nested deeper than :data:`MAX_KEY_DEPTH` (a list that contains
+    itself): it makes no key, and the call runs the code (see ``handles``)."""
+
+
+#: How deep an argument's lists, tuples and dicts are followed into its key.
+MAX_KEY_DEPTH = 64
+
+
+def arg_signature(x: Any, jax_backend: bool = False, depth: int = 0) -> Hashable:
     """The part of a key one argument contributes. For the JAX backend a numpy array
     keys like a JAX array of its shape and dtype: ``jax.jit`` takes either the same way
-    (the entry's variant checks that the dtype is one JAX keeps, or misses)."""
+    (the entry's variant checks that the dtype is one JAX keeps, or misses). Raises
+    :class:`Unkeyable` for containers nested past :data:`MAX_KEY_DEPTH`."""
     t = type(x)
     if t is float or t is int or t is complex:
         return t.__name__
@@ -68,18 +78,31 @@ def arg_signature(x: Any, jax_backend: bool = False) -> Hashable:
         return (t.__name__, x)
     if is_jax_array_type(t):
         return ("jax", x.shape, x.dtype)
-    if issubclass(t, np.generic):
+    if t in _NUMPY_SCALARS:  # (numpy's own: autograd has no vector space for a subclass)
         return ("scalar", x.dtype.str)
-    if t is tuple or t is list:
-        return (t.__name__, *(arg_signature(v, jax_backend) for v in x))
-    if t is dict:
-        return ("dict", *((key_print(k), arg_signature(v, jax_backend)) for k, v in x.items()))
+    if t is tuple or t is list or t is dict:
+        if depth >= MAX_KEY_DEPTH:
+            raise Unkeyable(f"an argument nests lists, tuples or dicts over {depth} deep")
+        if t is dict:
+            inner = ((key_print(k), arg_signature(v, jax_backend, depth + 1)) for k, v in x.items())
+            return ("dict", *inner)
+        return (t.__name__, *(arg_signature(v, jax_backend, depth + 1) for v in x))
     if issubclass(t, np.ndarray):
-        return (t.__name__, x.shape, x.dtype.str)
-    # Anything else by its type's name; its identity would pin it in memory. Read
-    # through type's own descriptors: a metaclass's __getattribute__ must not run.
+        return (*_type_names(t), x.shape, x.dtype.str)
+    # Anything else by its type's name; its identity would pin it in memory.
+    return ("object", *_type_names(t))
+
+
+_NUMPY_SCALARS = frozenset(np.sctypeDict.values())
+
+
+def _type_names(t: type) -> tuple[str, str]:
+    """A type's module and qualified name (two classes of one name in two modules or
+    cells differ). Read through type's own descriptors: a metaclass's
+    ``__getattribute__`` must not run."""
     names = (type.__dict__["__module__"].__get__(t), type.__dict__["__qualname__"].__get__(t))
-    return ("object", *(n if type(n) is str else "?" for n in names))
+    module, qualname = (n if type(n) is str else "?" for n in names)
+    return module, qualname
 
 
 def call_signature(

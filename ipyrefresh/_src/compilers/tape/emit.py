@@ -512,9 +512,10 @@ class Emitter:
             root = tape.values[0]
             elems = [f"r{k}" for k in range(len(plan.root_keys))]
             if type(root) is dict:
-                keyed = zip(plan.root_keys, elems, strict=True)
-                pairs = ", ".join(f"{key!r}: {e}" for key, e in keyed)
-                result = "{" + pairs + "}"
+                # The caller's own key objects, as autograd's dict vector space gives back
+                # (hunt 56: keys written by their repr came back as plain str and int):
+                # the key says they are alike, and in the same order, as the build's.
+                result = f"dict(zip(v0, ({', '.join(elems)},)))"
             else:
                 result = f"{type(root).__name__}(({', '.join(elems)},))"
         if tape.output == 0:  # the function returns its argument unchanged
