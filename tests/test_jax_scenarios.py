@@ -2672,3 +2672,97 @@ def test_code_that_writes_only_its_own_objects_is_compiled_at_its_build(
     assert e["runs"] == ["jax.jit"] and not e["fallback"], e
     d = differ(first, jp.run("jax.grad(f)(x)"))
     assert not d, d
+
+
+# -- the context builds trace in (compilers/jax_contexts.py) ------------------------------
+
+
+def _retired() -> int:
+    from ipyrefresh._src.compilers import get
+
+    return int(get("jax").contexts.retired)
+
+
+def _agree(jp: Shell, handle: str, fn: str, what: str) -> None:
+    # The oracle traces in a JAX context value of its own, new each time: the user's own
+    # jitted or checkpointed g keeps its first trace in the usual one, as JAX does. (One
+    # context variable for the session: making one changes every cache key in JAX.)
+    got = jp.run(f"{handle}(x)")
+    want = jp.run(
+        "if '_fresh' not in globals():\n    _fresh = jax.make_user_context(None)\n"
+        f"with _fresh(object()):\n    _want = jax.grad({fn})(x)\n_want"
+    )
+    d = differ(got, want)
+    assert not d, f"{what}: {d}"
+
+
+#: A callee of the user's that JAX caches a trace of, made from ``g_py``.
+CACHED_CALLEES = {
+    "jitted": "g = jax.jit(g_py)",
+    "checkpointed": "g = jax.checkpoint(g_py)",
+    "a scan body": (
+        "def body(c, v):\n    return c, g_py(v)\ndef g(z):\n    return lax.scan(body, 0.0, z)[1]"
+    ),
+    "a custom_jvp": (
+        "g = jax.custom_jvp(g_py)\ng.defjvp(lambda p, t: (g_py(p[0]), jax.jvp(g_py, p, t)[1]))"
+    ),
+}
+
+
+@pytest.mark.parametrize("callee", list(CACHED_CALLEES))
+def test_builds_share_a_context_until_one_may_leave_a_trace_of_user_code(
+    jp: Shell, callee: str
+) -> None:
+    """Builds of plain ``jnp`` code share one JAX context (JAX's own jitted helpers stay
+    traced); a build that ran a callee of the user's that JAX caches retires it, so no
+    later build is answered from that callee's cached trace after a global it reads
+    changes, whether the later build is of the same handle or of another that starts
+    calling it."""
+    jp.run("_fresh = jax.make_user_context(None)")  # (before any build: see _agree)
+    jp.run(
+        "a = 2.0\n"
+        "def g_py(z):\n    return jnp.sin(a * z)\n"
+        f"{CACHED_CALLEES[callee]}\n"
+        "def p(z):\n    return jnp.sum(jnp.cos(z) * z)\n"
+        "def q(z):\n    return jnp.sum(g(z) * z)\n"
+        "dp, dq = rj.grad(p), rj.grad(q)"
+    )
+    before = _retired()
+    _agree(jp, "dp", "p", "plain")
+    jp.run("def p(z):\n    return jnp.sum(jnp.tanh(z) * z)")
+    _agree(jp, "dp", "p", "plain, redefined")
+    assert _retired() == before, "plain builds retired the shared context"
+    _agree(jp, "dq", "q", "jitted callee")
+    for step in [
+        "a = 3.0",
+        "def p(z):\n    return jnp.sum(g(z) * z * 2.0)",  # (now p calls it too)
+        "a = 4.0",
+        f"def g_py(z):\n    return jnp.cos(a * z)\n{CACHED_CALLEES[callee]}",
+        "a = 5.0",
+    ]:
+        jp.run(step)
+        _agree(jp, "dp", "p", step)
+        _agree(jp, "dq", "q", step)
+
+
+@pytest.mark.parametrize(
+    ("setup", "oracle"),
+    [
+        ("h = jax.jit(h_py)", "h_py"),  # the handle's own function is jitted
+        ("h = jax.checkpoint(h_py)", "h_py"),  # (JAX's own keeps its first trace too)
+        ("def h(z):\n    return lax.scan(lambda c, v: (c + h_py(v), None), 0.0, z[None])[0]", "h"),
+        ("def h(z):\n    return jax.vmap(h_py)(z[None])[0]", "h"),
+        ("h = functools.partial(h_py)", "h"),
+    ],
+)
+def test_a_transformed_function_never_answers_from_a_shared_trace(
+    jp: Shell, setup: str, oracle: str
+) -> None:
+    """The build's own function reached through a JAX transformation (or a partial) may
+    be cached by JAX under it: such a build retires the shared context too."""
+    jp.run("_fresh = jax.make_user_context(None)")  # (before any build: see _agree)
+    jp.run("a = 2.0\ndef h_py(z):\n    return jnp.sum(jnp.sin(a * z) * z)\n" + setup)
+    jp.run("dh = rj.grad(h)")
+    for step in ["pass", "a = 3.0", "pass", "a = 4.0"]:
+        jp.run(step)
+        _agree(jp, "dh", oracle, f"{setup}: {step}")

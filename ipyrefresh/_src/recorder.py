@@ -73,11 +73,17 @@ class CallLog:
     #: The hook stopped at the first effect (3.10/3.11): the run will use plain autograd
     #: whatever else it does, so ``calls`` holds only what ran before that.
     cut_short: bool = False
+    #: How many times each user code started in a frame that library code called
+    #: directly: a transformation's own call, or one JAX may cache (a jitted callee, a
+    #: ``scan`` body; see ``compilers.jax_contexts``).
+    called_by_library: dict[CodeType, int] = field(default_factory=dict)
 
     def add_frame(self, frame: FrameType, boundary: FrameType | None) -> None:
         code = frame.f_code
         caller: CodeType | None = None
         back = frame.f_back
+        if back is None or back is boundary or not is_user_code(back.f_code):
+            self.called_by_library[code] = self.called_by_library.get(code, 0) + 1
         for _ in range(_MAX_WALK):
             if back is None or back is boundary:
                 break

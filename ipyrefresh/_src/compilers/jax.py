@@ -33,7 +33,6 @@ import contextlib
 import enum
 import functools
 import inspect
-import itertools
 import operator
 import threading
 from collections.abc import Callable
@@ -55,6 +54,7 @@ from ..nodes import MISSING, NUMPY_SCALAR_TYPES, Mismatch, Node, Scalar, is_key,
 from ..readers import ArgReader, FixedReader, Reader
 from ..snapshot import Unguardable, Walker
 from .base import Miss, PythonVariant, Request, Traced, Variant
+from .jax_contexts import BuildContexts
 
 _STATIC_TYPES = (int, float, complex, bool, str, bytes, type(None))
 #: What JAX does when a value moves between host and device (see :func:`_checking`).
@@ -588,18 +588,13 @@ class JaxCompiler:
 
     def __init__(self) -> None:
         _convert_without_cache()
-        #: Every build traces under a context value of its own, part of the keys of JAX's
+        #: Builds trace under context values of their own, part of the keys of JAX's
         #: trace, lowering and compile caches: the build's traces run the current Python
         #: code (jitted callees and scan bodies included, which JAX would otherwise answer
         #: from traces cached earlier), and the user's own cached traces stay untouched.
         make: Callable[[Any], Callable[[Any], Any]] = jax.make_user_context
-        self._user_context = make(None)
-        self._builds = itertools.count(1)
-
-    def _context(self) -> Callable[[], Any]:
-        """A new build's context: call it for a ``with`` block (a new JAX context object
-        each time, so threads and nested calls never share one)."""
-        return functools.partial(self._user_context, ("ipyrefresh build", next(self._builds)))
+        self.contexts = BuildContexts(make(None))
+        self._context = self.contexts.fresh
 
     def trace(
         self,
@@ -640,7 +635,8 @@ class JaxCompiler:
                 self._compiled, fn, request, plan, args, kwargs, context, diff, unread, True
             )
             return Traced(result, retrace=again)
-        return self._compiled(fn, request, plan, args, kwargs, context, diff, unread)
+        with self.contexts.for_build(fn) as shared:
+            return self._compiled(fn, request, plan, args, kwargs, shared, diff, unread)
 
     def _compiled(
         self,
@@ -741,7 +737,7 @@ class JaxCompiler:
                     return jitted(*passed, **passed_kw)
             except _Retrace:
                 out.unsupported = "jax.jit traced again after the build's trace"
-                with context():
+                with self._context()():  # (not the build's: this run is not recorded)
                     return reference(fn, request, args, kwargs)
 
         def compile_variant(guard: Guard) -> Variant:

@@ -1,0 +1,87 @@
+"""The JAX context a build traces in: one shared by builds while it holds no trace of
+the user's code, else a new one.
+
+A JAX context value is part of the keys of JAX's trace, lowering and compile caches. A
+build must not be answered from a trace of the user's code cached earlier (a jitted
+callee or a ``scan`` body whose callee or global has changed since), nor touch the
+user's own cached traces; a new context for every build does both, but then JAX traces
+and lowers its own jitted helpers (``jnp`` functions) anew at every build as well: two
+thirds of a small function's trace. A shared context keeps those.
+
+It stays sound by one invariant: **the shared context holds no trace of user code**. A
+build traces in it while recorded; if any user code ran that library code called
+directly, other than the build's own function called once by the transformation (a
+jitted callee, a ``scan`` or ``custom_vjp`` body, a pytree class's flatten, a second
+call), JAX may have cached a trace of it there, and the context is retired: the next
+build gets a new one. So a build in the shared context misses every user-code trace,
+and runs the current code. One build at a time holds it (a nested or another thread's
+build gets a context of its own, as does one that cannot be recorded).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import CodeType, FunctionType, MethodType
+from typing import Any
+
+from ..recorder import CallLog, record
+
+Context = Callable[[], Any]
+
+
+class BuildContexts:
+    """Hands out the context a build traces in (see the module's docstring)."""
+
+    def __init__(self, make: Callable[[Any], Any]) -> None:
+        self._make = make
+        self._keys = itertools.count(1)
+        self._shared = self._key()
+        self._lock = threading.Lock()
+        self.retired = 0  # (tests and benchmarks read it)
+
+    def _key(self) -> tuple[str, int]:
+        return ("ipyrefresh build", next(self._keys))
+
+    def fresh(self) -> Context:
+        """A context of its own (call it for a ``with`` block)."""
+        return self._partial(self._key())
+
+    def _partial(self, key: tuple[str, int]) -> Context:
+        make = self._make
+        return lambda: make(key)
+
+    @contextmanager
+    def for_build(self, fn: Any) -> Iterator[Context]:
+        """The shared context while the block traces ``fn``, if free; else a fresh one.
+        What runs in the block is recorded; the shared context is retired unless the only
+        user code library code called was ``fn``'s, once."""
+        if not self._lock.acquire(blocking=False):
+            yield self.fresh()
+            return
+        keeps = False
+        try:
+            with record() as log:
+                yield self._partial(self._shared)
+            keeps = _kept_clean(log, _code_of(fn))
+        finally:
+            if not keeps:
+                self._shared = self._key()
+                self.retired += 1
+            self._lock.release()
+
+
+def _code_of(fn: Any) -> CodeType | None:
+    if type(fn) is MethodType:
+        fn = fn.__func__
+    return fn.__code__ if type(fn) is FunctionType else None
+
+
+def _kept_clean(log: CallLog, code: CodeType | None) -> bool:
+    """Whether the recorded run left no trace of user code in the context."""
+    if not log.complete or log.cut_short or code is None:
+        return False
+    called = log.called_by_library
+    return not called or called == {code: 1}
