@@ -956,6 +956,42 @@ STORERS = {
         "    list.__init__(log, [jax.lax.stop_gradient(y)])\n    return y",
         "log[0]",
     ),
+    # (hunt 57: writers that no reading of the code's names sees)
+    "heappush by another name": (
+        "from heapq import heappush as hp\nbest = []\n"
+        "def f(x):\n    y = jnp.sum(jnp.sin(x))\n"
+        "    hp(best, (len(best), jax.lax.stop_gradient(y)))\n    return y",
+        "best[0][1]",
+    ),
+    "heappush as a default": (
+        "import heapq\nbest = []\n"
+        "def f(x, push=heapq.heappush):\n    y = jnp.sum(jnp.sin(x))\n"
+        "    push(best, (len(best), jax.lax.stop_gradient(y)))\n    return y",
+        "best[0][1]",
+    ),
+    "a list's append bound to a global": (
+        "log = []\npush = log.append\n"
+        "def f(x):\n    y = jnp.sum(jnp.sin(x))\n    push(jax.lax.stop_gradient(y))\n    return y",
+        "log[0]",
+    ),
+    "+= on an alias": (
+        "log = []\n"
+        "def f(x):\n    y = jnp.sum(jnp.sin(x))\n    l = log\n"
+        "    l += [jax.lax.stop_gradient(y)]\n    return y",
+        "log[0]",
+    ),
+    "|= on an alias": (
+        "D = {}\n"
+        "def f(x):\n    y = jnp.sum(jnp.sin(x))\n    d = D\n"
+        "    d |= {'k': jax.lax.stop_gradient(y)}\n    return y",
+        "D['k']",
+    ),
+    "setattr by another name": (
+        "class K: pass\nk = K()\nk.key = jax.random.PRNGKey(0)\nput = setattr\n"
+        "def f(x):\n    nk, sub = jax.random.split(k.key)\n    put(k, 'key', nk)\n"
+        "    return jnp.sum(x * jax.random.normal(sub, (3,)))",
+        "k.key",
+    ),
     "memo filled lazily": (
         "CACHE = {}\n"
         "def basis():\n    if 'm' not in CACHE:\n        CACHE['m'] = jnp.cos(jnp.arange(3.0))\n"

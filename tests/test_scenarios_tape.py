@@ -1681,3 +1681,27 @@ def test_an_argument_that_contains_itself_or_nests_deep(nb: Shell, setup: str) -
     check(nb, "df(onp.ones(2), cfg)", "autograd.grad(f)(onp.ones(2), cfg)", times=3)
     check(nb, "df(onp.ones(2), [3.0])", "autograd.grad(f)(onp.ones(2), [3.0])", times=3)
     assert nb.run("import ipyrefresh\nipyrefresh.status()['internal_errors']") == 0
+
+
+def test_a_simple_namespace_is_read_like_an_object(nb: Shell) -> None:
+    """Hunt 58: a ``types.SimpleNamespace`` keeps its ``__dict__`` behind a member
+    descriptor, so its state was called unreadable and its readers ran plain autograd
+    for good. It is guarded as any object is: its attributes changed in place, added,
+    deleted, and the object rebound are all seen."""
+    nb.run(
+        "import types\nhp = types.SimpleNamespace(lr=0.5, wd=0.1)\n"
+        "def f(x):\n    return hp.lr * np.sum(np.sin(x)) + getattr(hp, 'extra', 0.0) * np.sum(x)\n"
+        "dh = grad(f)\nx = onp.array([0.3, -0.5])"
+    )
+    for step in [
+        "pass",
+        "hp.lr = 2.0",
+        "hp.extra = 3.0",
+        "del hp.extra",
+        "hp = types.SimpleNamespace(lr=-1.0)",
+    ]:
+        nb.run(step)
+        check(nb, "dh(x)", "autograd.grad(f)(x)", 3, what=step)
+    entries = [e for e in nb.run("ipyrefresh.status()['entries']") if e["name"] == "grad(f)"]
+    assert [e["fallback"] for e in entries] == [""], entries
+    assert entries[0]["runs"][0].startswith("tape"), entries

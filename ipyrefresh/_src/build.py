@@ -66,6 +66,8 @@ class _Walked:
     failure: Exception | None = None
     #: The user code the walk reached (the function's, its callees', closures').
     codes: frozenset[CodeType] = frozenset()
+    #: The walk met an object code can store into (``Walker.reaches_mutable``).
+    reaches_mutable: bool = False
 
 
 def check_differentiable(fn: Any, label: str) -> None:
@@ -143,7 +145,11 @@ class _Run:
         rngs = [("numpy.random", _GLOBAL_RNG), ("random", _PY_RANDOM), *before.rngs]
         states = [_rng_state(g) for _, g in rngs]
         # (a walk that stopped saw only part of the code: it may write anything)
-        may_write = bool(stopped) or any(codefacts.facts(c).may_write() for c in walked.codes)
+        may_write = (
+            bool(stopped)
+            or walked.reaches_mutable
+            or any(codefacts.facts(c).may_write() for c in walked.codes)
+        )
         with record() as log:
             traced = compiler.trace(fn, call.request, args, kwargs, may_write=may_write)
         result = traced.answer()
@@ -314,7 +320,7 @@ def _walk(call: _Call, log: CallLog | None, past_views: bool) -> _Walked:
         # an ``__getattribute__`` serving only the names the function reads).
         why = f"ipyrefresh failed to read what it reads ({type(exc).__name__}: {exc})"
         return _stopped(guard, fn, label, why, exc)
-    return _Walked(guard, codes=codes)
+    return _Walked(guard, codes=codes, reaches_mutable=walker.reaches_mutable)
 
 
 def _stopped(

@@ -257,6 +257,10 @@ def _state_hash(state: Any) -> int:
 _GLOBAL_RNG = np.random.mtrand._rand
 
 
+#: Builtins that store into the object they are given, met under any name.
+_STORING_BUILTINS = (setattr, delattr, exec, eval)
+
+
 class Walker:
     """Builds a :class:`Guard` from roots; see the module docstring."""
 
@@ -270,6 +274,12 @@ class Walker:
         #: The walk met a helper that reads past views (``as_strided`` bound to another
         #: name, ``attrgetter('base')``): the walk is made again with ``past_views``.
         self.past_views_seen = False
+        #: The walk met an object that code can store a value into (a list, deque or
+        #: dict, an object's or a class's attributes, a container's bound method, or
+        #: ``setattr``/``exec`` under any name): a JAX build then runs unjitted first,
+        #: since a call through another name (``push = heapq.heappush``, ``l += [y]`` on an
+        #: alias) can put a jax.jit tracer there that no reading of the code sees (hunt 57).
+        self.reaches_mutable = False
         self._keep: list[Any] = []  # keeps the ids below valid during the walk
         self._functions: set[int] = set()
         self._classes: set[int] = set()
@@ -537,7 +547,10 @@ class Walker:
                 raise Unguardable(f"{label} {effect}")
             owner = value.__self__
             if owner is None or isinstance(owner, ModuleType):
+                if value in _STORING_BUILTINS:
+                    self._stores_possible()
                 return Identity(label, value)
+            self._stores_possible()
             return BoundBuiltin(label, value, self.walk(owner, f"{label}.__self__"))
         if t in _IDENTITY_TYPES:
             return Identity(label, value)
@@ -667,7 +680,15 @@ class Walker:
         self._containers.append((related, kind, value, self._argument))
         return related
 
+    def _stores_possible(self) -> None:
+        """What is walked now can be stored into; not an argument's (jax.jit rebuilds
+        those from their leaves: the caller's containers are not the trace's)."""
+        if self._argument is None:
+            self.reaches_mutable = True
+
     def _seq(self, value: Any, label: str) -> Node:
+        if not isinstance(value, tuple):
+            self._stores_possible()
         items = list(iterate(value))
         if all(is_scalar(v) for v in items):
             self.guard.size += len(items)
@@ -683,6 +704,7 @@ class Walker:
         return Seq(label, value, nodes)
 
     def _map(self, value: Any, label: str) -> Node:
+        self._stores_possible()
         keys = tuple(iterate(value))
         if not all(is_key(k) for k in keys):
             raise Unguardable(f"{label} has keys that are not plain values")
@@ -800,6 +822,7 @@ class Walker:
             keys = class_keys(ns)
             cname = label if c is cls else _type_name(c)
             if _is_user_class(c):
+                self._stores_possible()
                 nodes = tuple(self.walk(ns[k], f"{cname}.{k}") for k in keys)
                 dicts.append((c, ClassDict(f"{cname}.__dict__", keys, nodes)))
             else:  # a library's class: the same methods and data (a monkeypatch changes them)
@@ -843,6 +866,7 @@ class Walker:
             # member descriptors, if any, are not all of it, and nothing here can tell
             # when it changes.
             raise Unguardable(f"{label} ({_type_name(cls)}) has state ipyrefresh cannot read")
+        self._stores_possible()
         return Instance(label, obj, descr, attrs, tuple(slots))
 
 
@@ -948,9 +972,11 @@ _EXTENSION_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 
 
 def _dict_descriptor(cls: type) -> Any:
+    """The descriptor of an instance's ``__dict__``: a getset of a class made in Python, or
+    a member of a C type that keeps one (``types.SimpleNamespace``: hunt 58)."""
     for c in type.__dict__["__mro__"].__get__(cls):
         d = type.__dict__["__dict__"].__get__(c).get("__dict__")
-        if d is not None and type(d).__name__ == "getset_descriptor":
+        if d is not None and type(d).__name__ in ("getset_descriptor", "member_descriptor"):
             return d
     return None
 
