@@ -2802,3 +2802,54 @@ def test_a_transformed_function_never_answers_from_a_shared_trace(
     for step in ["pass", "a = 3.0", "pass", "a = 4.0"]:
         jp.run(step)
         _agree(jp, "dh", oracle, f"{setup}: {step}")
+
+
+#: User code that runs in a build's JAX context without the recorder seeing it as the
+#: function's: a finalizer run by a collection during the build, a host callback run by
+#: the compiled function (inside ``jax.default_device``, as a user's cells may be).
+UNRECORDED = {
+    "a finalizer": (  # (one cycle always waiting: some collection lands in the build)
+        "class Tracker:\n"
+        "    live = True\n"
+        "    def __init__(self):\n        self.me = self  # (a cycle: only a collection frees it)\n"
+        "    def __del__(self):\n"
+        "        if type(self).live:\n"
+        "            try:\n                g(jnp.ones(3))\n"
+        "            except RecursionError:  # (a collection inside g's own trace: JAX's)\n"
+        "                pass\n"
+        "            type(self)()\n"
+        "def p(z):\n    return jnp.sum(jnp.cos(z) * z)\n"
+        "Tracker()",
+        "Tracker.live = False",
+    ),
+    "a host callback": (
+        "def host(v):\n    return onp.asarray(g(v))\n"
+        "def p(z):\n"
+        "    y = jax.pure_callback(host, jax.ShapeDtypeStruct(z.shape, z.dtype), "
+        "lax.stop_gradient(z))\n"
+        "    return jnp.sum(jnp.cos(z) * z) + 0.0 * jnp.sum(y)\n"
+        "_cpu = jax.default_device(jax.devices('cpu')[0])\n_cpu.__enter__()",
+        "_cpu.__exit__(None, None, None)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(UNRECORDED))
+def test_user_code_run_unrecorded_in_a_build_retires_its_context(jp: Shell, case: str) -> None:
+    """Hunt 59: a finalizer (or a host callback) that called the user's jitted ``g`` while
+    another handle's build held the shared context left g's trace there, unrecorded; a
+    later build of a handle that calls g was answered from it after g's global changed."""
+    setup, teardown = UNRECORDED[case]
+    jp.run("_fresh = jax.make_user_context(None)")  # (before any build: see _agree)
+    jp.run(
+        "a = 2.0\ndef g_py(z):\n    return jnp.sin(a * z)\ng = jax.jit(g_py)\n"
+        "def q(z):\n    return jnp.sum(g(z) * z)\n"
+    )
+    try:
+        jp.run(setup + "\ndp, dq = rj.grad(p), rj.grad(q)")
+        jp.run("_ = dp(x)")
+        jp.run("a = 3.0")
+        _agree(jp, "dq", "q", f"{case}: g's global changed after p's build")
+        _agree(jp, "dp", "p", f"{case}: p")
+    finally:
+        jp.run(teardown)

@@ -77,6 +77,9 @@ class CallLog:
     #: directly: a transformation's own call, or one JAX may cache (a jitted callee, a
     #: ``scan`` body; see ``compilers.jax_contexts``).
     called_by_library: dict[CodeType, int] = field(default_factory=dict)
+    #: User code ran inside a garbage collection (a finalizer, a ``gc.callbacks``
+    #: entry): not recorded as the function's, but it ran (hunt 59).
+    ran_in_gc: bool = False
 
     def add_frame(self, frame: FrameType, boundary: FrameType | None) -> None:
         code = frame.f_code
@@ -593,7 +596,10 @@ def _profile(frame: FrameType, event: str, arg: Any) -> None:
     # that loops through helpers): the common cases come first and cost a lookup.
     if event == "call":
         code = frame.f_code
-        if id(code) in _LIBRARY_CODE or _in_gc():
+        if id(code) in _LIBRARY_CODE:
+            return
+        if _in_gc():
+            _ran_in_gc(code)
             return
         if is_user_frame(code, frame.f_globals):
             for log, boundary in _active():
@@ -613,6 +619,12 @@ def _profile(frame: FrameType, event: str, arg: Any) -> None:
             for log, _ in _active():
                 log.add_effect(what)
             _stop_if_decided()
+
+
+def _ran_in_gc(code: CodeType) -> None:
+    if is_user_code(code):
+        for log, _ in _active():
+            log.ran_in_gc = True
 
 
 def _stop_if_decided() -> None:
@@ -834,7 +846,10 @@ class _Monitor:
             if not is_user_code(code):
                 _library(code)
                 return None
-            if threading.get_ident() != thread or _in_gc():
+            if threading.get_ident() != thread:
+                return None
+            if _in_gc():
+                _ran_in_gc(code)
                 return None
             frame = sys._getframe(1)
             if frame.f_code is code and is_user_frame(code, frame.f_globals):

@@ -42,6 +42,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax._src import core as _jax_core
 from jax._src import tree_util as _jax_tree_util
 from jax._src.array import ArrayImpl as _ArrayImpl
 
@@ -99,6 +100,19 @@ def _checking(handles: bool) -> str:
         if value is not None and value != "allow":
             return f"{name} is {value!r}: unjitted JAX guards each transfer"
     return ""
+
+
+def _calls_back(jaxpr: Any) -> bool:
+    """Whether a traced function runs host callbacks (user code, at every execution):
+    callback primitives, or any effect (``jax.debug.print``'s, ``io_callback``'s)."""
+    if jaxpr.effects:
+        return True
+    for eqn in jaxpr.eqns:
+        if "callback" in eqn.primitive.name:
+            return True
+        if any(_calls_back(sub) for sub in _jax_core.jaxprs_in_params(eqn.params)):
+            return True
+    return False
 
 
 def _elementwise_grad(fun: Callable[..., Any], argnums: Any = 0) -> Callable[..., Any]:
@@ -722,7 +736,9 @@ class JaxCompiler:
         _BUILDING.ours += 1
         try:
             with context():
-                jitted.trace(*passed, **passed_kw)  # (the user's code runs here, recorded)
+                trace = jitted.trace(*passed, **passed_kw)  # (the user's code runs here)
+            if _calls_back(trace.jaxpr.jaxpr):
+                self.contexts.taint()
         finally:
             _BUILDING.active = was
             _BUILDING.ours -= 1

@@ -15,7 +15,9 @@ jitted callee, a ``scan`` or ``custom_vjp`` body, a pytree class's flatten, a se
 call), JAX may have cached a trace of it there, and the context is retired: the next
 build gets a new one. So a build in the shared context misses every user-code trace,
 and runs the current code. One build at a time holds it (a nested or another thread's
-build gets a context of its own, as does one that cannot be recorded).
+build gets a context of its own, as does one that cannot be recorded). User code that
+runs in it unrecorded retires it too: a finalizer run by a garbage collection during the
+build, and a host callback the traced function will run at each execution (hunt 59).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class BuildContexts:
         self._keys = itertools.count(1)
         self._shared = self._key()
         self._lock = threading.Lock()
+        self._tainted = False
         self.retired = 0  # (tests and benchmarks read it)
 
     def _key(self) -> tuple[str, int]:
@@ -62,15 +65,22 @@ class BuildContexts:
             yield self.fresh()
             return
         keeps = False
+        self._tainted = False
         try:
             with record() as log:
                 yield self._partial(self._shared)
-            keeps = _kept_clean(log, _code_of(fn))
+            keeps = not self._tainted and _kept_clean(log, _code_of(fn))
         finally:
             if not keeps:
                 self._shared = self._key()
                 self.retired += 1
             self._lock.release()
+
+    def taint(self) -> None:
+        """What the build traced will run user code later, unrecorded, in its context
+        (a ``pure_callback``, ``io_callback`` or ``jax.debug.callback`` runs at every
+        execution): the shared context is retired when the build ends."""
+        self._tainted = True
 
 
 def _code_of(fn: Any) -> CodeType | None:
@@ -81,7 +91,7 @@ def _code_of(fn: Any) -> CodeType | None:
 
 def _kept_clean(log: CallLog, code: CodeType | None) -> bool:
     """Whether the recorded run left no trace of user code in the context."""
-    if not log.complete or log.cut_short or code is None:
+    if not log.complete or log.cut_short or log.ran_in_gc or code is None:
         return False
     called = log.called_by_library
     return not called or called == {code: 1}
