@@ -2822,6 +2822,16 @@ UNRECORDED = {
         "Tracker()",
         "Tracker.live = False",
     ),
+    "a JAX event listener": (  # (called, not traced: what it calls counts)
+        "from jax._src import monitoring as _mon\n"
+        "_busy, _arg = [], jnp.ones(3)\n"
+        "def _listen(event, duration, **kw):  # (at each XLA compile: not inside a trace)\n"
+        "    if event.endswith('backend_compile_duration') and not _busy:\n"
+        "        _busy.append(1)\n        g(_arg)\n        _busy.pop()\n"
+        "jax.monitoring.register_event_duration_secs_listener(_listen)\n"
+        "def p(z):\n    return jnp.sum(jnp.cos(z) * z)",
+        "_mon.unregister_event_duration_listener(_listen)",
+    ),
     "a host callback": (
         "def host(v):\n    return onp.asarray(g(v))\n"
         "def p(z):\n"

@@ -74,9 +74,10 @@ class CallLog:
     #: whatever else it does, so ``calls`` holds only what ran before that.
     cut_short: bool = False
     #: How many times each user code started in a frame that library code called
-    #: directly: a transformation's own call, or one JAX may cache (a jitted callee, a
+    #: directly (keyed by that library code, None at the recording's edge, and the user
+    #: code): a transformation's own call, or one JAX may cache (a jitted callee, a
     #: ``scan`` body; see ``compilers.jax_contexts``).
-    called_by_library: dict[CodeType, int] = field(default_factory=dict)
+    called_by_library: dict[tuple[CodeType | None, CodeType], int] = field(default_factory=dict)
     #: User code ran inside a garbage collection (a finalizer, a ``gc.callbacks``
     #: entry): not recorded as the function's, but it ran (hunt 59).
     ran_in_gc: bool = False
@@ -86,7 +87,8 @@ class CallLog:
         caller: CodeType | None = None
         back = frame.f_back
         if back is None or back is boundary or not is_user_code(back.f_code):
-            self.called_by_library[code] = self.called_by_library.get(code, 0) + 1
+            key = (None if back is None or back is boundary else back.f_code, code)
+            self.called_by_library[key] = self.called_by_library.get(key, 0) + 1
         for _ in range(_MAX_WALK):
             if back is None or back is boundary:
                 break

@@ -749,7 +749,7 @@ class JaxCompiler:
             # Lowering, compiling and running what was traced: JAX's code only (its trace
             # cache answers the call; ``once`` refuses to run the function again).
             try:
-                with context():
+                with self.contexts.running(context):
                     return jitted(*passed, **passed_kw)
             except _Retrace:
                 out.unsupported = "jax.jit traced again after the build's trace"

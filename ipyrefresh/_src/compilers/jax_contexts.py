@@ -29,6 +29,8 @@ from contextlib import contextmanager
 from types import CodeType, FunctionType, MethodType
 from typing import Any
 
+from jax._src import monitoring as _monitoring
+
 from ..recorder import CallLog, record
 
 Context = Callable[[], Any]
@@ -44,6 +46,31 @@ class BuildContexts:
         self._lock = threading.Lock()
         self._tainted = False
         self.retired = 0  # (tests and benchmarks read it)
+        self._traces = threading.local()
+        _monitoring.register_event_duration_secs_listener(self._on_event)
+
+    def _on_event(self, event: str, duration_secs: float, **kwargs: str | int) -> None:
+        if event == _TRACE_EVENT:
+            self._traces.count = getattr(self._traces, "count", 0) + 1
+
+    @contextmanager
+    def running(self, context: Context) -> Iterator[None]:
+        """Lower, compile and run a build's trace in ``context``, unrecorded: if anything
+        is traced meanwhile (a JAX event listener of the user's that calls a jitted
+        function at the compile), it may be user code, and a shared context is retired."""
+        before = getattr(self._traces, "count", 0)
+        try:
+            with context():
+                yield
+        finally:
+            if getattr(self._traces, "count", 0) != before:
+                self.retire(context)
+
+    def retire(self, context: Context) -> None:
+        """No build gets ``context`` again, if it is the shared one."""
+        if getattr(context, "key", None) == self._shared:
+            self._shared = self._key()
+            self.retired += 1
 
     def _key(self) -> tuple[str, int]:
         return ("ipyrefresh build", next(self._keys))
@@ -53,8 +80,7 @@ class BuildContexts:
         return self._partial(self._key())
 
     def _partial(self, key: tuple[str, int]) -> Context:
-        make = self._make
-        return lambda: make(key)
+        return _Keyed(self._make, key)
 
     @contextmanager
     def for_build(self, fn: Any) -> Iterator[Context]:
@@ -90,8 +116,33 @@ def _code_of(fn: Any) -> CodeType | None:
 
 
 def _kept_clean(log: CallLog, code: CodeType | None) -> bool:
-    """Whether the recorded run left no trace of user code in the context."""
+    """Whether the recorded run left no trace of user code in the context. JAX's event
+    listeners (``jax.monitoring``) are called, not traced: JAX caches no trace of one
+    (what one calls that JAX traces is called by JAX's own code, and counts)."""
     if not log.complete or log.cut_short or log.ran_in_gc or code is None:
         return False
-    called = log.called_by_library
-    return not called or called == {code: 1}
+    called = [
+        (callee, n)
+        for (caller, callee), n in log.called_by_library.items()
+        if caller is None or caller.co_filename != _MONITORING
+    ]
+    return not called or called == [(code, 1)]
+
+
+#: The file JAX calls its event listeners from (a compile counter, a profiler's hook).
+_MONITORING = _monitoring.__file__
+#: The event JAX records at each trace of a function to a jaxpr.
+_TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
+
+
+class _Keyed:
+    """A context: call it for a ``with`` block under ``key``."""
+
+    __slots__ = ("key", "make")
+
+    def __init__(self, make: Callable[[Any], Any], key: tuple[str, int]) -> None:
+        self.make = make
+        self.key = key
+
+    def __call__(self) -> Any:
+        return self.make(self.key)
