@@ -529,6 +529,12 @@ def _in_gc() -> bool:
     return getattr(_local, "gc", False)
 
 
+def in_gc() -> bool:
+    """A garbage collection runs in this thread now (during a recording: see
+    :func:`_bracket_gc`)."""
+    return _in_gc()
+
+
 def _gc_first(phase: str, info: dict[str, Any]) -> None:
     if phase == "start":
         _local.gc = True
