@@ -73,8 +73,11 @@ class BuildContexts:
     def retire(self, context: Context) -> None:
         """No build gets ``context`` again, if it is the shared one."""
         if getattr(context, "key", None) == self._shared:
-            self._shared = self._key()
-            self.retired += 1
+            self._retire_shared()
+
+    def _retire_shared(self) -> None:
+        self._shared = self._key()
+        self.retired += 1
 
     def _key(self) -> tuple[str, int]:
         return ("ipyrefresh build", next(self._keys))
@@ -104,8 +107,7 @@ class BuildContexts:
             keeps = not (self._tainted or traced_in_gc) and _kept_clean(log, _code_of(fn))
         finally:
             if not keeps:
-                self._shared = self._key()
-                self.retired += 1
+                self._retire_shared()
             self._lock.release()
 
     def taint(self) -> None:
