@@ -2863,3 +2863,40 @@ def test_user_code_run_unrecorded_in_a_build_retires_its_context(jp: Shell, case
         _agree(jp, "dp", "p", f"{case}: p")
     finally:
         jp.run(teardown)
+
+
+# -- a cached call started before its guard is checked -----------------------------------
+
+
+def test_an_effect_runs_once_per_call_when_the_guard_fails(
+    jp: Shell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A cached ``jax.jit`` starts before its guard is checked (the check overlaps the
+    computation); one with an effect must not: a stale start would print the old value
+    before the rebuild prints the new one."""
+    jp.run(
+        "A = 1.0\n"
+        "def f(v):\n    jax.debug.print('f saw {a}', a=A)\n    return jnp.sum(jnp.sin(A * v))\n"
+        "df = rj.grad(f)\nrj_f = rj.jit(f)"
+    )
+    for a in ("1.0", "2.0", "2.0", "3.0"):  # (changed in the cell of the call: no hook ran)
+        for call, oracle in (
+            ("df(x)", "jax.grad(f)(x)"),
+            ("rj_f(x)", "jax.jit(functools.partial(f))(x)"),
+        ):
+            capsys.readouterr()
+            jp.run(f"A = {a}\n_got = {call}\njax.effects_barrier()")
+            assert capsys.readouterr().out.splitlines() == [f"f saw {float(a)}"], (call, a)
+            assert not differ(jp.run("_got"), jp.run(oracle)), (call, a)
+
+
+def test_a_donating_step_is_not_started_before_its_guard(jp: Shell) -> None:
+    """A stale start of a step that donates its parameters would delete them before the
+    rebuild that the failed guard asks for."""
+    jp.run(MLP)
+    jp.run(STEP)
+    for change in ("", "SCALE = 2.0", "MASK[0] = 0.5", "def act(z): return jnp.sin(z)"):
+        jp.run("p0 = init_params()\nq = copy(p0)")
+        got = jp.run(f"{change}\nstep(q, xb, yb, 0.1)")  # (no hook between: the guard sees it)
+        assert not differ(got, jp.run(f"{FRESH_STEP}(copy(p0), xb, yb, 0.1)")), change
+        assert jp.run("all(v.is_deleted() for v in jax.tree_util.tree_leaves(q))")

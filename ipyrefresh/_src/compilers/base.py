@@ -69,6 +69,10 @@ class Variant(Protocol):
     #: It takes arguments of any shape and dtype itself (``jax.jit`` does, and returns a
     #: Miss rather than trace again): a handle may try it before computing a signature.
     any_shapes: bool
+    #: Its run only starts pure work that runs apart from Python (a ``jax.jit`` without
+    #: effects or donated arguments): a handle may start it before checking the guard, and
+    #: drops the answer if the guard fails. The check then overlaps the computation.
+    starts_first: bool
 
     def run(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
 
@@ -159,6 +163,7 @@ class PythonVariant:
 
     replays_python = True
     any_shapes = False
+    starts_first = False
 
     def __init__(self, call: Callable[..., Any], guard: Guard, note: str, kind: str) -> None:
         self._call = call

@@ -351,12 +351,23 @@ class JaxVariant:
     replays_python = False
     any_shapes = True
 
-    def __init__(self, jitted: Any, plan: _Plan, guard: Guard, context: Callable[[], Any]) -> None:
+    def __init__(
+        self,
+        jitted: Any,
+        plan: _Plan,
+        guard: Guard,
+        context: Callable[[], Any],
+        *,
+        starts_first: bool,
+    ) -> None:
         self._jitted = jitted
         self._context = context
         self._plan = plan
         self.guard = guard
         self.note = ""
+        #: No effect, callback or donated argument: starting it for a call the guard then
+        #: refuses changes nothing (JAX dispatches it, and its answer is dropped).
+        self.starts_first = starts_first
 
     def run(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if self._plan.mismatch(args, kwargs):
@@ -737,7 +748,8 @@ class JaxCompiler:
         try:
             with context():
                 trace = jitted.trace(*passed, **passed_kw)  # (the user's code runs here)
-            if _calls_back(trace.jaxpr.jaxpr):
+            calls_back = _calls_back(trace.jaxpr.jaxpr)
+            if calls_back:
                 self.contexts.taint()
         finally:
             _BUILDING.active = was
@@ -769,7 +781,10 @@ class JaxCompiler:
             except Unguardable as exc:
                 guard.unguardable = str(exc)
                 return self.fallback(request, guard, str(exc))
-            return JaxVariant(jitted, plan, guard, context)
+            donates = bool(options.get("donate_argnums", ()))
+            return JaxVariant(
+                jitted, plan, guard, context, starts_first=not (calls_back or donates)
+            )
 
         out = Traced(None, compile_variant, detail="jax.jit compiled", finish=finish)
         return out

@@ -33,6 +33,7 @@ class TapeVariant:
 
     replays_python = False
     any_shapes = False
+    starts_first = False
 
     def __init__(self, tape: Tape, request: Request, guard: Guard) -> None:
         self.guard = guard
