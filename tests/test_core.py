@@ -11,7 +11,7 @@ import numpy as onp
 import pytest
 
 import ipyrefresh
-from ipyrefresh._src import recorder
+from ipyrefresh._src import gcmarks
 from ipyrefresh._src.engine import Engine
 
 from .conftest import Shell
@@ -406,7 +406,8 @@ def test_unload_restores_the_shell_and_reload_works(bare_shell: Shell) -> None:
     line_magics = set(shell.magics_manager.magics["line"])
     transformers = list(shell.ast_transformers)
     configurables = list(shell.configurables)
-    callbacks = [c for c in gc.callbacks if c not in (recorder._gc_first, recorder._gc_last)]
+    marks = (*gcmarks._FIRST, gcmarks._LAST)
+    callbacks = [c for c in gc.callbacks if c not in marks]
     bare_shell.run("%load_ext ipyrefresh")
     assert "grad" in shell.magics_manager.magics["line"]
     bare_shell.run("from ipyrefresh import grad\ndef f(x): return x * 2.0\ndf = grad(f)")

@@ -96,7 +96,15 @@ class Engine:
         self.listeners: list[Callable[[], None]] = []
         self._targets: dict[TargetKey, Target] = {}
         self._dead: list[TargetKey] = []
-        self._released: dict[TargetKey, None] = {}  # (see release)
+        self._released: dict[TargetKey, None] = {}  # (see _let_go)
+        #: Weak references whose object died: handles (a fixed target lost a holder) and
+        #: fixed targets' objects. Their callback is this list's own ``append``, a C method:
+        #: a pending Ctrl-C is handled where bytecode runs next, and CPython drops what a
+        #: weakref callback raises, so a Python callback lost the user's interrupt (hunt 61).
+        #: The next hook or request that purges takes them (:meth:`_collect_gone`).
+        self._gone: list[weakref.ref[Any]] = []
+        self._holding: dict[weakref.ref[Any], FixedTarget] = {}  # a handle's: its target
+        self._watching: dict[weakref.ref[Any], TargetKey] = {}  # a fixed target's object's
         self._warned: set[str] = set()
         #: Entries whose variants changed since the last check after a cell.
         self._changed: weakref.WeakSet[Entry] = weakref.WeakSet()
@@ -154,7 +162,9 @@ class Engine:
                     return known
                 self._targets[target.key] = target
             if isinstance(target, FixedTarget):
-                target.on_death(self._target_died)
+                watched = target.watch(self._gone.append)
+                if watched is not None:
+                    self._watching[watched] = target.key
             return target
         finally:
             if locked:
@@ -176,46 +186,56 @@ class Engine:
         finally:
             self.lock.release()
 
-    def hold(self, target: Target) -> None:
-        """A handle on ``target`` was made (see :meth:`release`)."""
+    def hold(self, target: Target, handle: object) -> None:
+        """``handle`` holds ``target`` while it lives (see :meth:`_let_go`)."""
         if isinstance(target, FixedTarget):
-            # (Past BUSY_WAIT without the lock, as release() counts: see target().)
+            # (Past BUSY_WAIT without the lock, as _collect_gone counts: see target().)
             locked = self.lock.acquire(timeout=BUSY_WAIT)
             try:
                 target.holders += 1
+                self._holding[weakref.ref(handle, self._gone.append)] = target
             finally:
                 if locked:
                     self.lock.release()
 
-    def release(self, target: Target) -> None:
+    def _collect_gone(self) -> None:
+        """Take the handles and fixed targets' objects that died since (see ``_gone``)."""
+        gone = self._gone
+        while gone:
+            ref = gone.pop()
+            target = self._holding.pop(ref, None)
+            if target is not None:
+                self._let_go(target)
+                continue
+            key = self._watching.pop(ref, None)
+            if key is not None:
+                self._dead.append(key)
+
+    def _let_go(self, target: FixedTarget) -> None:
         """A handle on ``target`` is gone. When no handle holds a fixed target, its entries
         go: their guards hold the function's namespace, so its weakref would never fire.
 
         In a cell they go when the cell ends (the most recent ``KEPT_RELEASED`` targets;
-        older ones at once): ``grad(loglike)(r)`` written inside a function makes and drops
-        a handle on the same function at every call, and must not trace it every time."""
-        if isinstance(target, FixedTarget):
-            target.holders -= 1
-            if target.holders <= 0:
-                key = target.key
-                if self.attached:
-                    released = self._released
-                    released.pop(key, None)
-                    released[key] = None
-                    if len(released) <= KEPT_RELEASED:
-                        return
-                    key = next(iter(released))
-                    released.pop(key, None)
-                self._dead.append(key)
-                # This may run in a finalizer, in any thread: never wait for the lock.
-                if self.lock.acquire(blocking=False):
-                    try:
-                        self._purge_dead()
-                    finally:
-                        self.lock.release()
+        older ones at the next purge): ``grad(loglike)(r)`` written inside a function makes
+        and drops a handle on the same function at every call, and must not trace it every
+        time."""
+        target.holders -= 1
+        if target.holders > 0:
+            return
+        key = target.key
+        if self.attached:
+            released = self._released
+            released.pop(key, None)
+            released[key] = None
+            if len(released) <= KEPT_RELEASED:
+                return
+            key = next(iter(released))
+            released.pop(key, None)
+        self._dead.append(key)
 
     def cell_ended(self) -> None:
         """Drop the entries of fixed targets no handle has held since during the cell."""
+        self._collect_gone()
         released = self._released
         while released:
             try:
@@ -228,10 +248,8 @@ class Engine:
             if held:
                 self._purge_dead()
 
-    def _target_died(self, key: TargetKey) -> None:
-        self._dead.append(key)  # from a weakref callback: no lock here, purge later
-
     def _purge_dead(self) -> None:
+        self._collect_gone()
         while self._dead:
             key = self._dead.pop()
             known = self._targets.get(key)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import sys
 import warnings
-import weakref
 from types import FrameType
 from typing import Any
 
@@ -139,11 +138,9 @@ class Derivative:
         self.target: Target = engine.target(target)
         # A fixed target is kept alive by its handle, as autograd's grad(f) keeps f.
         self._fun = fun if isinstance(self.target, FixedTarget) else None
-        if isinstance(self.target, FixedTarget):  # (only fixed targets count their handles)
-            engine.hold(self.target)
-            # (A followed name's target holds its namespace, which may hold this handle:
-            # the finalizer's registry would keep both alive for ever.)
-            weakref.finalize(self, engine.release, self.target)
+        # (Only fixed targets count their handles: a followed name's target holds its
+        # namespace, which may hold this handle, and the engine holds what it counts.)
+        engine.hold(self.target, self)
         self._entries: dict[tuple[str, Signature], Entry] = {}
         #: The entry that last answered; its first variant (the one that answered) is tried
         #: first. Only the entry is kept: a variant it dropped must not live on here.

@@ -18,7 +18,6 @@ import _thread
 import _tracemalloc
 import _weakref
 import builtins
-import contextlib
 import contextvars
 import ctypes
 import faulthandler
@@ -43,7 +42,9 @@ from typing import Any
 import numpy as np
 from autograd.tracer import Box
 
+from . import gcmarks
 from .code import is_user_code, is_user_frame
+from .gcmarks import collecting
 
 _MAX_WALK = 64
 _TOOL_NAME = "ipyrefresh"
@@ -525,53 +526,14 @@ def _by_machinery(frame: FrameType) -> bool:
 _local = threading.local()
 
 
-def _in_gc() -> bool:
-    return getattr(_local, "gc", False)
-
-
-def in_gc() -> bool:
-    """A garbage collection runs in this thread now (during a recording: see
-    :func:`_bracket_gc`)."""
-    return _in_gc()
-
-
-def _gc_first(phase: str, info: dict[str, Any]) -> None:
-    if phase == "start":
-        _local.gc = True
-
-
-def _gc_last(phase: str, info: dict[str, Any]) -> None:
-    if phase == "stop":
-        _local.gc = False
-
-
-def _bracket_gc() -> None:
-    """A garbage collection can start inside a recording, in the recording's thread, and
-    run other code there: ``gc.callbacks`` (Dask's distributed times every collection with
-    the clock) and finalizers. Neither is the function's doing; two callbacks, the first
-    and the last, mark the collection so that the hooks ignore what runs inside it."""
-    callbacks = gc.callbacks
-    if not callbacks or callbacks[0] is not _gc_first:
-        with contextlib.suppress(ValueError):
-            callbacks.remove(_gc_first)
-        callbacks.insert(0, _gc_first)
-    if callbacks[-1] is not _gc_last:
-        with contextlib.suppress(ValueError):
-            callbacks.remove(_gc_last)
-        callbacks.append(_gc_last)
-
-
 def unbracket_gc() -> None:
-    """Take the two callbacks of :func:`_bracket_gc` out of ``gc.callbacks`` (the
+    """Take the garbage collection marks (:mod:`.gcmarks`) out of ``gc.callbacks`` (the
     extension unloaded), unless a recording runs now; the next recording puts them back."""
-    if any(_recording_threads.values()):
-        return
-    for callback in (_gc_first, _gc_last):
-        with contextlib.suppress(ValueError):
-            gc.callbacks.remove(callback)
+    if not any(_recording_threads.values()):
+        gcmarks.unbracket()
 
 
-#: Recordings running now, per thread (they need :func:`_bracket_gc`'s callbacks).
+#: Recordings running now, per thread (they need the garbage collection marks).
 _recording_threads: dict[int, int] = {}
 
 
@@ -606,7 +568,7 @@ def _profile(frame: FrameType, event: str, arg: Any) -> None:
         code = frame.f_code
         if id(code) in _LIBRARY_CODE:
             return
-        if _in_gc():
+        if collecting():
             _ran_in_gc(code)
             return
         if is_user_frame(code, frame.f_globals):
@@ -623,7 +585,7 @@ def _profile(frame: FrameType, event: str, arg: Any) -> None:
             _library(code)
     elif event == "c_call" and type(arg) is BuiltinFunctionType and arg not in _NO_EFFECT:
         what = effect_of(arg, frame.f_code)
-        if what is not None and not _in_gc() and not _by_machinery(frame):
+        if what is not None and not collecting() and not _by_machinery(frame):
             for log, _ in _active():
                 log.add_effect(what)
             _stop_if_decided()
@@ -713,7 +675,7 @@ def record(enabled: bool = True) -> Iterator[CallLog]:
     me = threading.get_ident()
     _recording_threads[me] = _recording_threads.get(me, 0) + 1
     try:
-        _bracket_gc()
+        gcmarks.bracket()
         yield from _recorded(log, boundary)
     finally:
         left = _recording_threads.get(me, 1) - 1
@@ -841,7 +803,7 @@ class _Monitor:
                 return None
             if code is _IMPORT_MODULE or code in _PY_EFFECTS or code is _NOTRACE:
                 frame = sys._getframe(1)
-                if threading.get_ident() != thread or frame.f_code is not code or _in_gc():
+                if threading.get_ident() != thread or frame.f_code is not code or collecting():
                     return None
                 if code is _IMPORT_MODULE:
                     for log, _ in _active():
@@ -856,7 +818,7 @@ class _Monitor:
                 return None
             if threading.get_ident() != thread:
                 return None
-            if _in_gc():
+            if collecting():
                 _ran_in_gc(code)
                 return None
             frame = sys._getframe(1)
@@ -880,7 +842,7 @@ class _Monitor:
             if (
                 what is not None
                 and threading.get_ident() == thread
-                and not _in_gc()
+                and not collecting()
                 and not _called_by_machinery(code)
             ):
                 for log, _ in _active():

@@ -72,18 +72,18 @@ class FixedTarget(Target):
         self.key = TargetKey("object", id(obj))
         self.label = label
         self.holders = 0  # live handles on this target (the engine drops its entries at 0)
-        self._callbacks: list[Callable[[TargetKey], None]] = []
         try:
-            self._ref: Callable[[], Any] = weakref.ref(obj, self._died)
+            self._ref: Callable[[], Any] = weakref.ref(obj)
         except TypeError:  # not weakly referenceable: entries hold it, bounded by the LRU
             self._ref = lambda: obj
 
-    def _died(self, _: Any) -> None:
-        for callback in self._callbacks:
-            callback(self.key)
-
-    def on_death(self, callback: Callable[[TargetKey], None]) -> None:
-        self._callbacks.append(callback)
+    def watch(self, callback: Callable[[Any], object]) -> weakref.ref[Any] | None:
+        """A weak reference to the object that calls ``callback`` with itself when the
+        object dies (the caller keeps it); None if the object cannot have one, or is gone."""
+        obj = self._ref()
+        if obj is None or type(self._ref) is not weakref.ref:
+            return None
+        return weakref.ref(obj, callback)
 
     @property
     def dead(self) -> bool:

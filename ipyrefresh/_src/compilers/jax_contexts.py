@@ -33,7 +33,8 @@ from typing import Any
 
 from jax._src import monitoring as _monitoring
 
-from ..recorder import CallLog, in_gc, record
+from ..gcmarks import collecting
+from ..recorder import CallLog, record
 
 Context = Callable[[], Any]
 
@@ -54,7 +55,7 @@ class BuildContexts:
     def _on_event(self, event: str, duration_secs: float, **kwargs: str | int) -> None:
         if event == _TRACE_EVENT:
             self._traces.count = getattr(self._traces, "count", 0) + 1
-            if in_gc():  # (a finalizer: a hook may not see it run, hunt 59 on 3.12)
+            if collecting():  # (a finalizer: a hook may not see it run, hunt 59 on 3.12)
                 self._traces.in_gc = getattr(self._traces, "in_gc", 0) + 1
 
     @contextmanager
