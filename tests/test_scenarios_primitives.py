@@ -187,3 +187,108 @@ def test_primitive_registered_notrace_after_the_build(nb: Shell) -> None:
             "notrace_primitives[VJPNode].discard(soft)"
         )
     calls(nb, "dh", "dh(x)", "autograd.grad(h)(x)", "traced again")
+
+
+#: Gradient rules whose state changes (hunt 60): under a derivative of a derivative, or
+#: forward mode inside the reverse trace, the tape holds the arithmetic a rule did, its
+#: state as constants. (setup: defines ``p``'s rules and ``f``; the change; the handle.)
+RULES_WITH_STATE = {
+    "jvp_redefined": (
+        "defjvp(p, lambda g, ans, x: g * np.cos(x))\n"
+        "def f(x):\n    return np.sum(autograd.make_jvp(p)(x)(onp.ones(3))[1] * x)",
+        "defjvp(p, lambda g, ans, x: g * 3.0 * np.cos(x))",
+        "grad",
+    ),
+    "jvp_partial_keywords": (
+        "def jrule(g, ans, x, s):\n    return g * s * np.cos(x)\n"
+        "jp_ = functools.partial(jrule, s=2.0)\ndefjvp(p, jp_)\n"
+        "def f(x):\n    return np.sum(autograd.make_jvp(p)(x)(onp.ones(3))[1] * x)",
+        "jp_.keywords['s'] = 5.0",
+        "grad",
+    ),
+    "vjp_partial_keywords": (
+        "def rule(ans, x, s):\n    return lambda g: g * s * np.cos(x)\n"
+        "rp = functools.partial(rule, s=2.0)\ndefvjp(p, rp)\n"
+        "def f(x):\n    return np.sum(p(x) ** 2)",
+        "rp.keywords['s'] = 5.0",
+        "hessian",
+    ),
+    "vjp_bound_method": (
+        "class R:\n    def __init__(self):\n        self.s = 2.0\n"
+        "    def meth(self, ans, x):\n        return lambda g: g * self.s * np.cos(x)\n"
+        "r = R()\ndefvjp(p, r.meth)\n"
+        "def f(x):\n    return np.sum(p(x) ** 2)",
+        "r.s = 11.0",
+        "hessian",
+    ),
+    "vjp_callable_instance": (
+        "class R:\n    def __init__(self):\n        self.s = 2.0\n"
+        "    def __call__(self, ans, x):\n        return lambda g: g * self.s * np.cos(x)\n"
+        "r = R()\ndefvjp(p, r)\n"
+        "def f(x):\n    return np.sum(p(x) ** 2)",
+        "r.s = 7.0",
+        "hessian",
+    ),
+    "vjp_lambda_default_in_a_dict": (
+        "M = [2.0]\nrules = {'a': lambda ans, x, m=M: lambda g: g * m[0] * np.cos(x)}\n"
+        "defvjp(p, rules['a'])\n"
+        "def f(x):\n    return np.sum(p(x) ** 2)",
+        "M[0] = 5.0",
+        "hessian",
+    ),
+    "vjp_closure_made_before": (
+        "def make_rule(s):\n"
+        "    def rule(ans, x):\n        return lambda g: g * s[0] * np.cos(x)\n"
+        "    return rule\n"
+        "S = [2.0]\ndefvjp(p, make_rule(S))\n"
+        "def f(x):\n    return np.sum(p(x) ** 2)",
+        "S[0] = 4.0",
+        "hessian",
+    ),
+    "vjp_argnums_maker_of_the_users": (
+        "class Maker:\n    s = 2.0\n"
+        "    def __call__(self, argnums, ans, args, kwargs):\n"
+        "        x = args[0]\n        return lambda g: (g * self.s * np.cos(x),)\n"
+        "from autograd.extend import defvjp_argnums\ndefvjp_argnums(p, Maker())\n"
+        "def f(x):\n    return np.sum(p(x) ** 2)",
+        "Maker.s = 3.0",
+        "hessian",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(RULES_WITH_STATE))
+def test_a_rules_state_changes(nb: Shell, case: str) -> None:
+    setup, change, transform = RULES_WITH_STATE[case]
+    nb.run(
+        "import functools\nfrom autograd.extend import defjvp\n"
+        "@primitive\ndef p(x):\n    return np.sin(x) * 1.0\n"
+        "defvjp(p, lambda ans, x: lambda g: g * np.cos(x))\n"
+        "defjvp(p, lambda g, ans, x: g * np.cos(x))\n" + setup
+    )
+    nb.run(f"df = {transform}(f)\nx = np.array([0.3, -0.7, 1.1])")
+    oracle = f"autograd.{transform}(f)(x)"
+    calls(nb, "df", "df(x)", oracle, "built")
+    nb.run(change)
+    calls(nb, "df", "df(x)", oracle, f"after {change}")
+    nb.run(f"{change}\nresult = df(x)")  # (the same change again, in the cell of the call)
+    calls(nb, "df", "df(x)", oracle, "after the cell")
+
+
+def test_a_library_primitives_jvp_overridden_and_restored(nb: Shell) -> None:
+    """``defjvp(np.sin, ...)`` replaces autograd's own forward rule; the handle must follow
+    it, and follow its restoring."""
+    nb.run(
+        "from autograd.core import primitive_jvps\nfrom autograd.extend import defjvp\n"
+        "saved = primitive_jvps[np.sin]\n"
+        "def f(x):\n    return np.sum(autograd.make_jvp(np.sin)(x)(onp.ones(3))[1] * x)\n"
+        "df = grad(f)\nx = np.array([0.3, -0.7, 1.1])"
+    )
+    oracle = "autograd.grad(f)(x)"
+    try:
+        calls(nb, "df", "df(x)", oracle, "built")
+        nb.run("defjvp(np.sin, lambda g, ans, x: g * 2.0 * np.cos(x))")
+        calls(nb, "df", "df(x)", oracle, "overridden")
+    finally:
+        nb.run("primitive_jvps[np.sin] = saved")
+    calls(nb, "df", "df(x)", oracle, "restored")

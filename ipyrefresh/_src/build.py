@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import CodeType, FunctionType, MethodType
 from typing import Any
@@ -68,6 +68,8 @@ class _Walked:
     codes: frozenset[CodeType] = frozenset()
     #: The walk met an object code can store into (``Walker.reaches_mutable``).
     reaches_mutable: bool = False
+    #: The labels of its roots that are gradient rules (``Walker.rules``).
+    rule_labels: frozenset[str] = frozenset()
 
 
 def check_differentiable(fn: Any, label: str) -> None:
@@ -103,7 +105,8 @@ def run_build(
     run = _Run.recorded(compiler, call, walked)  # 2, 3
     run.compile_again(walked)
     ran = {*walked.codes, *run.log.codes}
-    after = _walk(call, run.log, any(codefacts.facts(c).reads_past_views() for c in ran))  # 4
+    past_views = any(codefacts.facts(c).reads_past_views() for c in ran)
+    after = _walk(call, run.log, past_views, run.traced.primitives)  # 4
     return _decide(compiler, call, walked, run, after, drawn_between_calls)  # 5
 
 
@@ -244,9 +247,10 @@ def _decide(
             if changed is not None:
                 # It runs the code at every call, so its guard only says when to try a
                 # build again: what the function itself changes as it runs (a counter, a
-                # log) would send it to a new build at every call. (The guard then does not
-                # hold all it read: JAX's fallback traces afresh at every call.)
-                _drop_roots(guard, before.failing_roots(fn, args, kwargs))
+                # log, a rule it registers) would send it to a new build at every call. (The
+                # guard then does not hold all it read: JAX's fallback traces afresh at
+                # every call.) The rules' state matters only to a tape, which holds it.
+                _drop_roots(guard, before.failing_roots(fn, args, kwargs) | after.rule_labels)
                 guard.unguardable = guard.unguardable or why
             variant = compiler.fallback(request, guard, why)
             event = f"built; runs {variant.describe()}: {why}"
@@ -289,9 +293,12 @@ def _has_box(a: Any, depth: int = 0) -> bool:
     return False
 
 
-def _walk(call: _Call, log: CallLog | None, past_views: bool) -> _Walked:
+def _walk(
+    call: _Call, log: CallLog | None, past_views: bool, primitives: Sequence[Any] = ()
+) -> _Walked:
     """The guard of everything the function reaches (and, with a log, everything that
-    ran). ``past_views``: its code may read past a view (see ``Walker``)."""
+    ran, and the gradient rules of the ``primitives`` it applied). ``past_views``: its
+    code may read past a view (see ``Walker``)."""
     fn, label, request, args, kwargs = call.fn, call.label, call.request, call.args, call.kwargs
     guard = Guard()
     walker = Walker(guard, past_views=past_views)
@@ -305,12 +312,14 @@ def _walk(call: _Call, log: CallLog | None, past_views: bool) -> _Walked:
             if k not in unread_kw:
                 walker.argument(k, v, f"argument {k}")
         walker.call(args, kwargs, request.argnums)
+        for prim in dict.fromkeys(primitives):  # (before: a rule's closure is reached)
+            walker.rules(prim)
         if log is not None:
             _dynamic(walker, log)
         walker.finish()
         codes = frozenset(walker.covered)
         if walker.past_views_seen and not past_views:
-            return _walk(call, log, True)  # (an argument's view: its owner too)
+            return _walk(call, log, True, primitives)  # (an argument's view: its owner too)
     except Unguardable as exc:
         return _stopped(guard, fn, label, str(exc))
     except RecursionError:
@@ -320,7 +329,12 @@ def _walk(call: _Call, log: CallLog | None, past_views: bool) -> _Walked:
         # an ``__getattribute__`` serving only the names the function reads).
         why = f"ipyrefresh failed to read what it reads ({type(exc).__name__}: {exc})"
         return _stopped(guard, fn, label, why, exc)
-    return _Walked(guard, codes=codes, reaches_mutable=walker.reaches_mutable)
+    return _Walked(
+        guard,
+        codes=codes,
+        reaches_mutable=walker.reaches_mutable,
+        rule_labels=frozenset(walker.rule_labels),
+    )
 
 
 def _stopped(

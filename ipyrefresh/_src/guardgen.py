@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from autograd.core import primitive_vjps
+from autograd.core import primitive_jvps, primitive_vjps
 
 from .changes import ChangeKind
 from .code import GENERATED_FILE
@@ -97,6 +97,7 @@ class _Emitter:
             "_digest": array_digest,
             "_cell": _cell,
             "_vjps": primitive_vjps.get,
+            "_jvps": primitive_jvps.get,
             "_NOTRACE": NOTRACE,
             "_ndarray": np.ndarray,
             "_signature": arg_signature,
@@ -200,13 +201,19 @@ def _module(e: _Emitter, node: Node, v: str, arg: bool) -> None:
 def _primitive(e: _Emitter, node: Node, v: str, arg: bool) -> None:
     assert isinstance(node, Primitive)
     e.fail(f"{v} is not {e.const(node.ref)}()", e.node_fail(node, v, arg, ChangeKind.REDEFINED))
-    rule = e.const(node.rule)
-    e.fail(f"_vjps({v}, MISSING) is not {rule}", e.mismatch(node, ChangeKind.RULE_CHANGED, arg))
+    _rules(e, node, node.rule, node.jvp, v, arg)
     notrace = e.const(node.notrace)
     e.fail(f"({v} in _NOTRACE) is not {notrace}", e.mismatch(node, ChangeKind.RULE_CHANGED, arg))
     if node.code is not None:
         same = f"{e.const(node)}.same_code({v})"
         e.fail(f"not {same}", e.mismatch(node, ChangeKind.CODE_CHANGED, arg))
+
+
+def _rules(e: _Emitter, node: Node, vjp: Any, jvp: Any, v: str, arg: bool) -> None:
+    """The gradient rules autograd has registered for ``v``: the same objects."""
+    changed = e.mismatch(node, ChangeKind.RULE_CHANGED, arg)
+    e.fail(f"_vjps({v}, MISSING) is not {e.const(vjp)}", changed)
+    e.fail(f"_jvps({v}, MISSING) is not {e.const(jvp)}", changed)
 
 
 def _function(e: _Emitter, node: Node, v: str, arg: bool) -> None:
@@ -238,8 +245,7 @@ def _function(e: _Emitter, node: Node, v: str, arg: bool) -> None:
         w = e.var()
         e.line(f"{w} = {v}.__dict__")
         e.emit(node.attrs, w, arg)
-    rule = e.const(node.rule)
-    e.fail(f"_vjps({v}, MISSING) is not {rule}", e.mismatch(node, ChangeKind.RULE_CHANGED, arg))
+    _rules(e, node, node.rule, node.jvp, v, arg)
 
 
 def _cellnode(e: _Emitter, node: Node, v: str, arg: bool) -> None:

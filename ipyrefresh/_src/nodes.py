@@ -26,7 +26,7 @@ from types import BuiltinFunctionType, FunctionType, MethodType
 from typing import Any
 
 import numpy as np
-from autograd.core import VJPNode, primitive_vjps
+from autograd.core import VJPNode, primitive_jvps, primitive_vjps
 from autograd.tracer import notrace_primitives
 
 from .changes import ChangeKind
@@ -299,7 +299,7 @@ class Annotations:
 
 class Function(Node):
     """A Python function: the same object, and the same code, defaults, closure cells,
-    attributes (``__wrapped__``, function attributes) and autograd gradient rule.
+    attributes (``__wrapped__``, function attributes) and autograd gradient rules.
 
     IPython's autoreload swaps ``__code__`` in place and ``defvjp`` replaces a rule
     without rebinding any name, so identity alone would miss both.
@@ -311,6 +311,7 @@ class Function(Node):
         "cells",
         "code",
         "defaults",
+        "jvp",
         "kwdefaults",
         "names",
         "ref",
@@ -334,6 +335,7 @@ class Function(Node):
         self.cells = cells
         self.attrs = attrs
         self.rule = primitive_vjps.get(fn, MISSING)
+        self.jvp = primitive_jvps.get(fn, MISSING)
         self.names = function_names(fn)
         self.annotations = Annotations(fn.__annotations__)
 
@@ -368,6 +370,8 @@ class Function(Node):
                 return bad
         if primitive_vjps.get(fn, MISSING) is not self.rule:
             return Mismatch(self.label, ChangeKind.RULE_CHANGED)
+        if primitive_jvps.get(fn, MISSING) is not self.jvp:
+            return Mismatch(self.label, ChangeKind.RULE_CHANGED)
         return None
 
 
@@ -401,12 +405,15 @@ class Primitive(Node):
     closure, the implementation in it included (``%autoreload`` patches a wrapper in
     place)."""
 
-    __slots__ = ("cells", "code", "notrace", "ref", "rule")
+    __slots__ = ("cells", "code", "jvp", "notrace", "ref", "rule")
 
     def __init__(self, label: str, prim: Any, own: bool) -> None:
         super().__init__(label)
         self.ref = Ref(prim)
         self.rule = primitive_vjps.get(prim, MISSING)
+        #: (Forward mode inside the reverse trace, ``make_jvp``: the tape holds what the
+        #: JVP rule computed, hunt 60.)
+        self.jvp = primitive_jvps.get(prim, MISSING)
         self.notrace = prim in NOTRACE
         self.code = prim.__code__ if own else None
         self.cells = tuple(Ref(c) for c in _cell_contents(prim)) if own else ()
@@ -426,6 +433,8 @@ class Primitive(Node):
         if value is not self.ref():
             return self.fail(value, ChangeKind.REDEFINED)
         if primitive_vjps.get(value, MISSING) is not self.rule:
+            return Mismatch(self.label, ChangeKind.RULE_CHANGED)
+        if primitive_jvps.get(value, MISSING) is not self.jvp:
             return Mismatch(self.label, ChangeKind.RULE_CHANGED)
         if (value in NOTRACE) is not self.notrace:
             return Mismatch(self.label, ChangeKind.RULE_CHANGED)

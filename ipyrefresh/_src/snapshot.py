@@ -45,7 +45,7 @@ from types import (
 from typing import Any
 
 import numpy as np
-from autograd.core import primitive_vjps
+from autograd.core import primitive_jvps, primitive_vjps
 from autograd.tracer import Box
 
 from . import code as codefacts
@@ -280,6 +280,8 @@ class Walker:
         #: since a call through another name (``push = heapq.heappush``, ``l += [y]`` on an
         #: alias) can put a jax.jit tracer there that no reading of the code sees (hunt 57).
         self.reaches_mutable = False
+        #: The labels of the roots :meth:`rules` added.
+        self.rule_labels: set[str] = set()
         self._keep: list[Any] = []  # keeps the ids below valid during the walk
         self._functions: set[int] = set()
         self._classes: set[int] = set()
@@ -319,6 +321,19 @@ class Walker:
 
     def target(self, fn: Any, label: str) -> None:
         self.env_root(TargetReader(), self.walk(fn, label))
+
+    def rules(self, prim: Any) -> None:
+        """Roots: the gradient rules registered for a primitive the run applied, where they
+        are the user's (a function, a partial, a bound method, a callable object). Under a
+        derivative of a derivative, or forward mode inside the reverse trace, the tape
+        holds the arithmetic a rule did with its state as constants (hunt 60)."""
+        name = getattr(prim, "__name__", "?")
+        for table, kind in ((primitive_vjps, "VJP"), (primitive_jvps, "JVP")):
+            for rule in _registered(table.get(prim), prim):
+                if type(rule) is not FunctionType or codefacts.is_user_code(rule.__code__):
+                    label = f"{name}'s {kind}"
+                    self.rule_labels.add(label)
+                    self.env_root(FixedReader(_weak(rule)), self.walk(rule, label))
 
     def argument(self, key: int | str, value: Any, label: str) -> None:
         self._argument = key
@@ -1067,6 +1082,27 @@ def _has_rule(value: Any) -> bool:
         return value in primitive_vjps
     except TypeError:  # unhashable
         return False
+
+
+def _registered(maker: Any, prim: Any) -> list[Any]:
+    """The functions a rule table's entry calls: those ``defvjp``, ``defjvp`` and their
+    ``_argnum`` forms hold in the closure they register (autograd's own code), else the
+    entry itself (``defvjp_argnums`` of the user's maker)."""
+    if maker is None:
+        return []
+    if getattr(maker, "__module__", None) != "autograd.core" or type(maker) is not FunctionType:
+        return [maker]
+    functions: list[Any] = []
+    for cell in maker.__closure__ or ():
+        try:
+            content = cell.cell_contents
+        except ValueError:
+            continue
+        if type(content) is dict:
+            functions.extend(content.values())
+        elif callable(content) and content is not prim:
+            functions.append(content)
+    return functions
 
 
 def _users_implementation(raw: Any) -> bool:
