@@ -254,6 +254,12 @@ def test_refresh_from_the_front_end(kernel: Kernel) -> None:
     assert kernel.next_data(comm_id, "status")["fresh"] == 1
     kernel.send(comm_id, {"type": "bogus"})
     assert "bogus" in kernel.next_data(comm_id, "error")["message"]
+    # (Hunt 61: a name that is not a string refreshed every stale derivative.)
+    kernel.run("def g(x):\n    return np.sin(x) * x\n")
+    for name in (123, ["h"]):
+        kernel.send(comm_id, {"type": "refresh", "name": name})
+        assert "string" in kernel.next_data(comm_id, "error")["message"]
+    assert kernel.value("__import__('ipyrefresh').status()['stale']") == 1
 
 
 def test_unload_says_so_and_closes(kernel: Kernel) -> None:

@@ -398,3 +398,22 @@ def test_what_the_watch_and_released_handles_held_dies_with_the_cell_or_at_once(
     gc.collect()
     assert ip.ns["old"]() is None
     assert list(ip.ns["r"]) == [4.0, 6.0, 8.0]
+
+
+def test_a_gone_name_that_no_handle_follows_leaves_the_reports(ip: Any) -> None:
+    """Hunt 61: after ``del dl, loss`` nothing can call the derivative again, yet %stale
+    and the status bar said it would be rebuilt at its next call, and every %refresh
+    reported it failed. A handle still alive keeps it (the name may come back)."""
+    ip.run("import numpy as onp\nx = onp.ones(2)")
+    ip.run("def loss(x):\n    return np.sum(np.sin(x))\ndl = grad(loss)\n_ = dl(x)\n_ = dl(x)")
+    ip.run("def kept(x):\n    return np.sum(x ** 3)\ndk = grad(kept)\n_ = dk(x)\n_ = dk(x)")
+    ip.run("def g(x):\n    return x * 3.0")
+    ip.run("%grad g(1.5)")
+    assert ipyrefresh.status()["entries_total"] == 3
+    ip.run("del dl, loss\ndel kept\ndel g")
+    status = ipyrefresh.status()
+    assert [e["name"] for e in status["entries"]] == ["grad(kept)"], status["entries"]
+    failed = ipyrefresh.refresh()["failed"]
+    assert [name for name, _ in failed] == ["grad(kept)"], failed  # (dk may call it again)
+    ip.run("def kept(x):\n    return np.sum(x ** 2)")
+    assert list(ip.run("dk(x)")) == list(autograd.grad(ip.ns["kept"])(ip.ns["x"]))

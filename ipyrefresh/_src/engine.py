@@ -103,7 +103,13 @@ class Engine:
         #: weakref callback raises, so a Python callback lost the user's interrupt (hunt 61).
         #: The next hook or request that purges takes them (:meth:`_collect_gone`).
         self._gone: list[weakref.ref[Any]] = []
-        self._holding: dict[weakref.ref[Any], FixedTarget] = {}  # a handle's: its target
+        #: A handle's weakref: its target's (weakly: a name's target holds its namespace,
+        #: which may hold the handle, and nothing would free the three).
+        self._holding: dict[weakref.ref[Any], weakref.ref[Target]] = {}
+        #: Names' targets that may have been left with no handle and no binding (see
+        #: :meth:`_forget_orphans`): those a handle let go of, and those of the entries
+        #: the watch saw a name of move in the cell.
+        self._maybe_orphans: dict[TargetKey, None] = {}
         self._watching: dict[weakref.ref[Any], TargetKey] = {}  # a fixed target's object's
         self._warned: set[str] = set()
         #: Entries whose variants changed since the last check after a cell.
@@ -188,32 +194,34 @@ class Engine:
 
     def hold(self, target: Target, handle: object) -> None:
         """``handle`` holds ``target`` while it lives (see :meth:`_let_go`)."""
-        if isinstance(target, FixedTarget):
-            # (Past BUSY_WAIT without the lock, as _collect_gone counts: see target().)
-            locked = self.lock.acquire(timeout=BUSY_WAIT)
-            try:
-                target.holders += 1
-                self._holding[weakref.ref(handle, self._gone.append)] = target
-            finally:
-                if locked:
-                    self.lock.release()
+        # (Past BUSY_WAIT without the lock, as _collect_gone counts: see target().)
+        locked = self.lock.acquire(timeout=BUSY_WAIT)
+        try:
+            target.holders += 1
+            self._holding[weakref.ref(handle, self._gone.append)] = weakref.ref(target)
+        finally:
+            if locked:
+                self.lock.release()
 
     def _collect_gone(self) -> None:
         """Take the handles and fixed targets' objects that died since (see ``_gone``)."""
         gone = self._gone
         while gone:
             ref = gone.pop()
-            target = self._holding.pop(ref, None)
-            if target is not None:
-                self._let_go(target)
+            held = self._holding.pop(ref, None)
+            if held is not None:
+                target = held()
+                if target is not None:
+                    self._let_go(target)
                 continue
             key = self._watching.pop(ref, None)
             if key is not None:
                 self._dead.append(key)
 
-    def _let_go(self, target: FixedTarget) -> None:
+    def _let_go(self, target: Target) -> None:
         """A handle on ``target`` is gone. When no handle holds a fixed target, its entries
         go: their guards hold the function's namespace, so its weakref would never fire.
+        (A name's go when the name is gone too: :meth:`_forget_orphans`.)
 
         In a cell they go when the cell ends (the most recent ``KEPT_RELEASED`` targets;
         older ones at the next purge): ``grad(loglike)(r)`` written inside a function makes
@@ -221,6 +229,9 @@ class Engine:
         time."""
         target.holders -= 1
         if target.holders > 0:
+            return
+        if not isinstance(target, FixedTarget):
+            self._maybe_orphans[target.key] = None
             return
         key = target.key
         if self.attached:
@@ -247,6 +258,26 @@ class Engine:
         with self.lock_for_hook() as held:
             if held:
                 self._purge_dead()
+                self._forget_orphans()
+
+    def _forget_orphans(self) -> None:
+        """Drop the entries of names that are gone and that no handle follows: nothing can
+        call them again (a new handle on the name, once it is bound again, builds anew
+        anyway), and reports would call them stale for ever (hunt 61)."""
+        while self._maybe_orphans:
+            key = next(iter(self._maybe_orphans))
+            del self._maybe_orphans[key]
+            target = self._targets.get(key)
+            if target is None or isinstance(target, FixedTarget) or target.holders > 0:
+                continue
+            try:
+                target.resolve()
+            except TargetGone:
+                del self._targets[key]
+                for entry in [e for e in self.cache if e.target is target]:
+                    self.cache.remove(entry)
+            except Exception:  # (``model.loss`` raising now: the name is still there)
+                continue
 
     def _purge_dead(self) -> None:
         self._collect_gone()
@@ -534,6 +565,7 @@ class Engine:
                 return
             self.cell = None
             moved = self.watch.moved()
+            self._maybe_orphans.update(dict.fromkeys(e.target.key for e in moved))
             suspects = self._suspects(moved)
             if suspects:  # (moved, or built or changed by a callback since the cell ended)
                 self._check(suspects, False, Detection.BEFORE_CELL)
@@ -552,6 +584,7 @@ class Engine:
                 return 0
             self._purge_dead()
             moved = self.watch.moved()
+            self._maybe_orphans.update(dict.fromkeys(e.target.key for e in moved))
             suspects = self._suspects(moved)
             went = self._check(suspects, False, Detection.AFTER_CELL, moved)
             self.cell_ended()

@@ -138,9 +138,7 @@ class Derivative:
         self.target: Target = engine.target(target)
         # A fixed target is kept alive by its handle, as autograd's grad(f) keeps f.
         self._fun = fun if isinstance(self.target, FixedTarget) else None
-        # (Only fixed targets count their handles: a followed name's target holds its
-        # namespace, which may hold this handle, and the engine holds what it counts.)
-        engine.hold(self.target, self)
+        engine.hold(self.target, self)  # (weakly: a name's target holds its namespace)
         self._entries: dict[tuple[str, Signature], Entry] = {}
         #: The entry that last answered; its first variant (the one that answered) is tried
         #: first. Only the entry is kept: a variant it dropped must not live on here.

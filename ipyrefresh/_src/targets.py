@@ -31,6 +31,8 @@ class Target:
     key: TargetKey
     label: str
     follows: bool
+    #: Live handles on it (the engine counts them: see ``Engine.hold``).
+    holders: int = 0
 
     def resolve(self) -> Any:
         raise NotImplementedError

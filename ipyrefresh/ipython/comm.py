@@ -298,7 +298,11 @@ class StatusChannel:
         kind = data.get("type")
         if kind == "refresh":
             name = data.get("name")
-            name = name if isinstance(name, str) and name else None
+            if name is not None and not isinstance(name, str):  # (not "refresh them all")
+                message = _clip(f"a refresh names a function by a string, not {name!r}")
+                self._send(c, {"type": "error", "schema": SCHEMA, "req": req, "message": message})
+                return
+            name = name or None
             report = self.engine.refresh(name)
             self._send(
                 c,
