@@ -44,7 +44,7 @@ def _answer(
     check runs while JAX computes (a check made first delays the start past the moment
     XLA's idle worker threads stop spinning: waking them costs ~30 µs); its answer is
     returned only if the guard then holds."""
-    if variant.starts_first:
+    if variant.starts_first():
         try:
             started = variant.run(fn, args, kwargs)
         except Exception:  # (the guard decides: if it holds, the plain order raises it)

@@ -69,12 +69,15 @@ class Variant(Protocol):
     #: It takes arguments of any shape and dtype itself (``jax.jit`` does, and returns a
     #: Miss rather than trace again): a handle may try it before computing a signature.
     any_shapes: bool
-    #: Its run only starts pure work that runs apart from Python (a ``jax.jit`` without
-    #: effects or donated arguments): a handle may start it before checking the guard, and
-    #: drops the answer if the guard fails. The check then overlaps the computation.
-    starts_first: bool
 
     def run(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
+
+    def starts_first(self) -> bool:
+        """Whether its run now only starts pure work that runs apart from Python (a
+        ``jax.jit`` without effects or donated arguments, under the settings it was built
+        under): a handle may then start it before checking the guard, and drops the
+        answer if the guard fails. The check then overlaps the computation."""
+        ...
 
     def describe(self) -> str: ...
 
@@ -163,7 +166,6 @@ class PythonVariant:
 
     replays_python = True
     any_shapes = False
-    starts_first = False
 
     def __init__(self, call: Callable[..., Any], guard: Guard, note: str, kind: str) -> None:
         self._call = call
@@ -173,6 +175,9 @@ class PythonVariant:
 
     def run(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return self._call(fn, args, kwargs)
+
+    def starts_first(self) -> bool:
+        return False
 
     def describe(self) -> str:
         return self._kind

@@ -261,9 +261,9 @@ def _plain(value: Any) -> Any:
     return value.value if isinstance(value, enum.Enum) else value
 
 
-def _config_guard() -> list[Any]:
+def _config_guard() -> list[tuple[Reader, Node]]:
     """Guards on the JAX settings a trace depends on (x64 turned on mid-notebook)."""
-    out: list[Any] = []
+    out: list[tuple[Reader, Node]] = []
     names = tuple(
         name
         for name in _CONFIG
@@ -341,6 +341,25 @@ class _Retrace(Exception):
     must run under the engine's recorder, as a build, not inside this variant."""
 
 
+#: The JAX settings under which a call of a compiled function does more than compute: a
+#: transfer guard logs (or refuses) its transfers, ``debug_nans``/``debug_infs`` check its
+#: output and run it again de-optimized. A call started before its guard is checked is
+#: made only under the values its build saw, or a refused start would show (hunt 62).
+_NOISY = (
+    "jax_debug_nans",
+    "jax_debug_infs",
+    "jax_transfer_guard",
+    "jax_transfer_guard_host_to_device",
+    "jax_transfer_guard_device_to_host",
+    "jax_transfer_guard_device_to_device",
+)
+#: Their values now, as a tuple (a name repeated: attrgetter of one name gives no tuple).
+_read_noisy: Callable[[], tuple[Any, ...]] = functools.partial(
+    operator.attrgetter(*(*(n for n in _NOISY if hasattr(jax.config, n)), "jax_debug_nans")),
+    jax.config,
+)
+
+
 class JaxVariant:
     """One entry's ``jax.jit``: static and unread arguments split off, the rest traced.
 
@@ -358,7 +377,7 @@ class JaxVariant:
         guard: Guard,
         context: Callable[[], Any],
         *,
-        starts_first: bool,
+        pure: bool,
     ) -> None:
         self._jitted = jitted
         self._context = context
@@ -366,8 +385,13 @@ class JaxVariant:
         self.guard = guard
         self.note = ""
         #: No effect, callback or donated argument: starting it for a call the guard then
-        #: refuses changes nothing (JAX dispatches it, and its answer is dropped).
-        self.starts_first = starts_first
+        #: refuses changes nothing (JAX dispatches it, and its answer is dropped)...
+        self._pure = pure
+        #: ... under the settings of its build (see :data:`_NOISY`).
+        self._noisy = _read_noisy()
+
+    def starts_first(self) -> bool:
+        return self._pure and all(map(operator.is_, _read_noisy(), self._noisy))
 
     def run(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if self._plan.mismatch(args, kwargs):
@@ -781,10 +805,8 @@ class JaxCompiler:
             except Unguardable as exc:
                 guard.unguardable = str(exc)
                 return self.fallback(request, guard, str(exc))
-            donates = bool(options.get("donate_argnums", ()))
-            return JaxVariant(
-                jitted, plan, guard, context, starts_first=not (calls_back or donates)
-            )
+            pure = not (calls_back or options.get("donate_argnums", ()))
+            return JaxVariant(jitted, plan, guard, context, pure=pure)
 
         out = Traced(None, compile_variant, detail="jax.jit compiled", finish=finish)
         return out

@@ -33,7 +33,6 @@ class TapeVariant:
 
     replays_python = False
     any_shapes = False
-    starts_first = False
 
     def __init__(self, tape: Tape, request: Request, guard: Guard) -> None:
         self.guard = guard
@@ -87,6 +86,9 @@ class TapeVariant:
         if self._compiled is None and self._fallback is None:
             self._compile()
         return self._compiled.source if self._compiled is not None else ""
+
+    def starts_first(self) -> bool:
+        return False
 
     def describe(self) -> str:
         c = self._compiled
