@@ -254,6 +254,23 @@ RULES_WITH_STATE = {
         "Maker.s = 3.0",
         "hessian",
     ),
+    # (Hunt 62: applied only on an inner trace, the primitive is never on the tape.)
+    "vjp_applied_only_inside_an_inner_grad": (
+        "class VRule:\n    k = 2.0\n"
+        "    def __call__(self, ans, y):\n        return lambda g: g * self.k * y\n"
+        "vr = VRule()\ndefvjp(p, vr)\n"
+        "def f(x):\n    return autograd.grad(lambda y: p(y) * np.sum(x))(1.5)",
+        "vr.k = 3.0",
+        "grad",
+    ),
+    "jvp_applied_only_at_a_constant": (
+        "class JRule:\n    k = 2.0\n"
+        "    def __call__(self, g, ans, y):\n        return g * self.k * y\n"
+        "jr = JRule()\ndefjvp(p, jr)\n"
+        "def f(x):\n    return np.sum(autograd.make_jvp(p)(1.5)(x)[1])",
+        "jr.k = 3.0",
+        "grad",
+    ),
 }
 
 

@@ -10,6 +10,7 @@ The pools and the cluster are made once per module (two cores are shared by all)
 from __future__ import annotations
 
 import copy
+import gc
 import multiprocessing
 import os
 import pickle
@@ -326,6 +327,80 @@ def test_dask_names_tasks_by_the_gradient_rules_too(ip: Shell) -> None:
         primitive_vjps[anp.sin] = saved
 
 
+@pytest.mark.parametrize(
+    "change",
+    ["scale = 3.0", "S[0] = 5.0", "r.k = 4.0", "defjvp(q, lambda g, ans, x: g * 7.0)"],
+    ids=["global_a_rule_reads", "partials_list", "bound_methods_object", "defjvp"],
+)
+def test_dask_names_tasks_by_what_the_gradient_rules_hold(ip: Shell, change: str) -> None:
+    """Hunt 63: the token followed a new rule object only: a task made after the state
+    a rule holds changed got the old task's name, and Dask handed back the result the
+    old rule computed. The token now carries the user's rules as they are now."""
+    dask = pytest.importorskip("dask")
+    ip.run(
+        "import functools, autograd\nfrom autograd.extend import primitive, defvjp, defjvp\n"
+        "scale = 1.0\nS = [1.0]\n"
+        "class R:\n    k = 2.0\n"
+        "    def rule(self, ans, x):\n        return lambda g: g * self.k\nr = R()\n"
+        "def f_rule(ans, x):\n    return lambda g: g * scale\n"
+        "@primitive\ndef f(x):\n    return x * 2.0\ndefvjp(f, f_rule)\n"
+        "@primitive\ndef q(x):\n    return x * 2.0\n"
+        "defvjp(q, functools.partial(lambda ans, x, s: (lambda g: g * s[0]), s=S))\n"
+        "defjvp(q, lambda g, ans, x: g * 2.0)\n"
+        "@primitive\ndef m(x):\n    return x * 2.0\ndefvjp(m, r.rule)\n"
+        "def h(x):\n    return np.sin(f(x)) + np.cos(q(x)) * m(x)"
+        " + autograd.make_jvp(q)(x)(1.0)[1]\n"
+        "dh = grad(h)\n_ = dh(0.5), dh(0.5)"  # (built: its payload is what it is now)
+    )
+    before = dask.delayed(ip.ns["dh"], pure=True)(0.5).persist(scheduler="threads")
+    ip.run(change)
+    after = dask.delayed(ip.ns["dh"], pure=True)(0.5)
+    assert after.key != before.key
+    got = dask.compute(before, after, scheduler="threads")[1]
+    same_result(got, autograd.grad(ip.ns["h"])(0.5))
+
+
+def test_dask_tokens_keep_no_replaced_rule_alive(ip: Shell) -> None:
+    """Hunt 63: tokens kept every rule object they met (to keep its id from being
+    reused), and with it all it held: 40 MB per rule replaced in this test's loop."""
+    tokenize = pytest.importorskip("dask.base").tokenize
+    ip.run(
+        "import functools, weakref\nimport numpy as onp\n"
+        "from autograd.extend import primitive, defvjp\n"
+        "@primitive\ndef f(x):\n    return x * 2.0\n"
+        "def f_rule(ans, x, M):\n    return lambda g: g * M[0]\n"
+        "def h(x):\n    return np.sin(f(x))\ndh = grad(h)\nrefs = []"
+    )
+    tokens = set()
+    for i in range(4):
+        ip.run(
+            f"M = onp.full(1_000_000, {i + 1}.0)\nrefs.append(weakref.ref(M))\n"
+            "defvjp(f, functools.partial(f_rule, M=M))"
+        )
+        tokens.add(tokenize(ip.ns["dh"]))
+        ip.run("del M")
+    gc.collect()
+    assert ip.run("[r() is None for r in refs]") == [True, True, True, False]
+    assert len(tokens) == 4
+
+
+def test_handles_unpickled_before_either_runs_are_not_shared(ip: Shell) -> None:
+    """Hunt 63: Dask unpickles a batch of tasks before it runs them; a kept handle not
+    built yet was handed to the second task too, whose generator the first call moved."""
+    ip.run(
+        "import numpy as onp\nrng = onp.random.default_rng(0)\n"
+        "def elbo(m):\n"
+        "    eps = rng.standard_normal(3)\n"
+        "    return np.sum((m + eps) ** 2)\n"
+        "dh = grad(elbo)"
+    )
+    sent = [pickle.dumps(ip.ns["dh"]) for _ in range(2)]
+    want = autograd.grad(pickle.loads(pickle.dumps(ip.ns["elbo"])))(onp.zeros(3))
+    first, second = (pickle.loads(p) for p in sent)
+    same_result(first(onp.zeros(3)), want)
+    same_result(second(onp.zeros(3)), want)
+
+
 def test_a_module_edited_and_reloaded_is_what_the_next_payload_means(ip: Shell, modules) -> None:  # type: ignore[no-untyped-def]
     """Hunt 49: a function of a module on disk goes by reference, so the payload's bytes
     stay the same when the module is edited and reloaded; the process that had loaded
@@ -387,7 +462,9 @@ def test_a_name_like_a_users_module_keeps_one_handle_and_token(ip: Shell, module
         "def loss(x):\n    ipyr_model = np.sin(x)\n    return np.sum(ipyr_model ** 2)\n"
         "dl = grad(loss)"
     )
-    assert pickle.loads(pickle.dumps(ip.ns["dl"])) is pickle.loads(pickle.dumps(ip.ns["dl"]))
+    first = pickle.loads(pickle.dumps(ip.ns["dl"]))
+    first(onp.array([0.1, 0.2]))  # (built: only a build shows it may be shared, hunt 63)
+    assert pickle.loads(pickle.dumps(ip.ns["dl"])) is first
     assert tokenize(ip.ns["dl"]) == tokenize(ip.ns["dl"])
 
 

@@ -22,11 +22,13 @@ from __future__ import annotations
 import collections
 import hashlib
 import io
+import itertools
 import os
 import pickle
 import sys
 import threading
 import uuid
+import weakref
 from dataclasses import dataclass
 from types import FunctionType, MethodType, ModuleType
 from typing import TYPE_CHECKING, Any
@@ -145,25 +147,58 @@ def dask_token(dh: Derivative) -> tuple[Any, ...]:
         return ("ipyrefresh.Derivative", uuid.uuid4().hex)
     if meta[7]:  # (it names a user's module: its bytes do not say what that means now)
         return ("ipyrefresh.Derivative", uuid.uuid4().hex)
-    rules = None if meta[3] == "jax" else _rules_token()  # (JAX rules travel in the payload)
+    if meta[3] == "jax":  # (JAX's rules travel in the payload)
+        return ("ipyrefresh.Derivative", hashlib.blake2b(payload).hexdigest(), meta, None)
+    rules = _rules_token()
+    if rules is None:
+        return ("ipyrefresh.Derivative", uuid.uuid4().hex)
     return ("ipyrefresh.Derivative", hashlib.blake2b(payload).hexdigest(), meta, rules)
 
 
-def _rules_token() -> int:
-    """Which gradient rules autograd holds now: a ``defvjp`` in the notebook is not part
-    of the function's payload, yet changes what its tasks compute (under Dask's thread
-    schedulers, which share the table). Each ``defvjp`` makes a new rule object; the
-    ones seen are kept (the last few thousand), so that an id is not reused for another."""
-    from autograd.core import primitive_vjps
+def _rules_token() -> str | None:
+    """What autograd's gradient rules (VJP and JVP) are now: a ``defvjp`` in the notebook
+    is not part of the function's payload, yet changes what its tasks compute (under
+    Dask's thread schedulers, which share the table). Each registration makes a new rule
+    object, known by a serial number of its own; a rule of the user's (a function of the
+    notebook, a partial, a bound method, a callable object) is known by its pickled bytes
+    too, which carry what it reads (hunt 63). None when such a rule cannot be pickled:
+    its state has no name, and its tasks get a token of their own."""
+    from autograd.core import primitive_jvps, primitive_vjps
 
-    makers = tuple(primitive_vjps.values())
+    digest = hashlib.blake2b()
     with _lock:
-        for maker in makers:
-            if id(maker) not in _rules_seen:
-                _rules_seen[id(maker)] = maker
-        while len(_rules_seen) > _RULES_KEPT:
-            _rules_seen.popitem(last=False)
-    return hash(tuple(map(id, makers)))
+        for table in (primitive_vjps, primitive_jvps):
+            for maker in tuple(table.values()):
+                serial, own = _rule_serial(maker)
+                digest.update(serial.to_bytes(8, "little"))
+                if own:
+                    try:
+                        digest.update(cloudpickle.dumps(own, protocol=pickle.HIGHEST_PROTOCOL))
+                    except Exception:
+                        return None
+        if len(_rule_serials) > 2 * (len(primitive_vjps) + len(primitive_jvps)) + 64:
+            for key in [k for k, (ref, _, _) in _rule_serials.items() if ref() is None]:
+                del _rule_serials[key]
+    return digest.hexdigest()
+
+
+def _rule_serial(maker: Any) -> tuple[int, list[Any]]:
+    """A rule object's serial number (a new one for a new object, even at the id of a
+    dead one: the object is held weakly, hunt 63) and the callables of the user's it
+    runs (looked up again each time: held here, they would keep what they hold)."""
+    from .snapshot import users_rules
+
+    known = _rule_serials.get(id(maker))
+    if known is not None and known[0]() is maker:
+        return known[1], users_rules(maker) if known[2] else []
+    serial = next(_serials)
+    own = users_rules(maker)
+    try:
+        ref: Any = weakref.ref(maker)
+    except TypeError:  # (not weakly referenceable: held, as the table holds it)
+        ref = lambda: maker  # noqa: E731
+    _rule_serials[id(maker)] = (ref, serial, bool(own))
+    return serial, own
 
 
 def rebuild_handle(payload: bytes, meta: tuple[Any, ...]) -> Derivative:
@@ -259,10 +294,13 @@ def _loads(payload: bytes) -> tuple[Any, tuple[Any, ...]]:
 
 
 def _runs_its_code(dh: Derivative) -> bool:
-    """Whether a kept handle runs its function's code at calls (it draws random numbers,
-    counts, appends): that function's state has moved on since its payload was loaded,
-    and a task carrying the same payload must start from the state it carries."""
-    return any(v.replays_python for e in dh.entries for v in e.variants)
+    """Whether a kept handle may run its function's code at calls (it draws random
+    numbers, counts, appends): that function's state has moved on since its payload was
+    loaded, and a task carrying the same payload must start from the state it carries.
+    Only a build shows it does not: a handle not built yet is not shared (Dask unpickles
+    a batch of tasks before it runs them, hunt 63)."""
+    variants = [v for e in dh.entries for v in e.variants]
+    return not variants or any(v.replays_python for v in variants)
 
 
 def _new_handle(fn: Any, meta: tuple[Any, ...]) -> Derivative:
@@ -302,8 +340,10 @@ def _match_x64(enabled: bool) -> None:
 _lock = threading.Lock()
 #: Rebuilt handles by payload digest, meta and what the payload named by reference.
 _kept: collections.OrderedDict[Any, _Kept] = collections.OrderedDict()
-_rules_seen: collections.OrderedDict[int, Any] = collections.OrderedDict()
-_RULES_KEPT = 4096
+#: Rule objects met by :func:`_rules_token`, by id: a weak reference, a serial number,
+#: and whether the rule runs callables of the user's.
+_rule_serials: dict[int, tuple[Any, int, bool]] = {}
+_serials = itertools.count()
 _engines: list[Engine] = []
 
 

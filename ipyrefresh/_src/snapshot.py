@@ -280,8 +280,9 @@ class Walker:
         #: since a call through another name (``push = heapq.heappush``, ``l += [y]`` on an
         #: alias) can put a jax.jit tracer there that no reading of the code sees (hunt 57).
         self.reaches_mutable = False
-        #: The labels of the roots :meth:`rules` added.
+        #: The labels of the roots :meth:`rules` added, and the primitives it walked.
         self.rule_labels: set[str] = set()
+        self._rules_of: set[int] = set()
         self._keep: list[Any] = []  # keeps the ids below valid during the walk
         self._functions: set[int] = set()
         self._classes: set[int] = set()
@@ -327,13 +328,16 @@ class Walker:
         are the user's (a function, a partial, a bound method, a callable object). Under a
         derivative of a derivative, or forward mode inside the reverse trace, the tape
         holds the arithmetic a rule did with its state as constants (hunt 60)."""
+        if id(prim) in self._rules_of:
+            return
+        self._rules_of.add(id(prim))
+        self._keep.append(prim)
         name = getattr(prim, "__name__", "?")
         for table, kind in ((primitive_vjps, "VJP"), (primitive_jvps, "JVP")):
-            for rule in _registered(table.get(prim), prim):
-                if type(rule) is not FunctionType or codefacts.is_user_code(rule.__code__):
-                    label = f"{name}'s {kind}"
-                    self.rule_labels.add(label)
-                    self.env_root(FixedReader(_weak(rule)), self.walk(rule, label))
+            for rule in users_rules(table.get(prim)):
+                label = f"{name}'s {kind}"
+                self.rule_labels.add(label)
+                self.env_root(FixedReader(_weak(rule)), self.walk(rule, label))
 
     def argument(self, key: int | str, value: Any, label: str) -> None:
         self._argument = key
@@ -754,6 +758,7 @@ class Walker:
             elif own:
                 implemented = f"{label}'s implementation"
                 self.env_root(FixedReader(_weak(raw)), self.walk(raw, implemented))
+            self.rules(fn)  # (applied only inside an inner derivative: never on the tape)
             return Primitive(label, fn, own)
         code = fn.__code__
         self.covered.add(code)
@@ -1084,25 +1089,31 @@ def _has_rule(value: Any) -> bool:
         return False
 
 
-def _registered(maker: Any, prim: Any) -> list[Any]:
-    """The functions a rule table's entry calls: those ``defvjp``, ``defjvp`` and their
-    ``_argnum`` forms hold in the closure they register (autograd's own code), else the
-    entry itself (``defvjp_argnums`` of the user's maker)."""
+def users_rules(maker: Any) -> list[Any]:
+    """The callables of the user's that an entry of autograd's rule tables runs: a
+    function of theirs, a partial, a bound method, a callable object (not a library's
+    function). The entry is the closure ``defvjp``, ``defjvp`` and their ``_argnum``
+    forms register (autograd's own code, holding the rules), or the user's own maker
+    (``defvjp_argnums``)."""
     if maker is None:
         return []
-    if getattr(maker, "__module__", None) != "autograd.core" or type(maker) is not FunctionType:
-        return [maker]
-    functions: list[Any] = []
-    for cell in maker.__closure__ or ():
-        try:
-            content = cell.cell_contents
-        except ValueError:
-            continue
-        if type(content) is dict:
-            functions.extend(content.values())
-        elif callable(content) and content is not prim:
-            functions.append(content)
-    return functions
+    registered: list[Any] = [maker]
+    if getattr(maker, "__module__", None) == "autograd.core" and type(maker) is FunctionType:
+        registered = []
+        for cell in maker.__closure__ or ():
+            try:
+                content = cell.cell_contents
+            except ValueError:
+                continue
+            if type(content) is dict:
+                registered.extend(content.values())
+            elif callable(content):
+                registered.append(content)
+    return [
+        rule
+        for rule in registered
+        if type(rule) is not FunctionType or codefacts.is_user_code(rule.__code__)
+    ]
 
 
 def _users_implementation(raw: Any) -> bool:
@@ -1140,6 +1151,7 @@ __all__ = [
     "Walker",
     "rng_state",
     "rules_of",
+    "users_rules",
 ]
 
 
