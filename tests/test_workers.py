@@ -585,3 +585,25 @@ def test_a_forked_worker_never_waits_for_the_notebooks_engine(ip: Shell) -> None
         thread.join()
         executor.shutdown(wait=False, cancel_futures=True)
     same_result(got, fresh_grad(ip, [0.5])[0])
+
+
+def test_the_users_own_payloads_do_not_change_after_a_build(ip: Shell) -> None:
+    """Hunt 63: a notebook primitive goes by value with autograd's ``notrace_primitives``
+    dict, in which the tape kept a key of its own after its first build: the user's own
+    cloudpickle payload of any function calling it named ipyrefresh from then on, and a
+    worker without ipyrefresh could not load it."""
+    cloudpickle = pytest.importorskip("cloudpickle")
+    ip.run(
+        "from autograd.extend import primitive, defvjp\n"
+        "@primitive\ndef f(x):\n    return x * 2.0\n"
+        "defvjp(f, lambda ans, x: lambda g: 2.0 * g)\n"
+        "def loss(x):\n    return np.sin(f(x))\n"
+        "def k(x):\n    return np.cos(x) * 3.0\n"
+        "dk, dl = grad(k), grad(loss)"
+    )
+    before = cloudpickle.dumps(ip.ns["loss"])
+    ip.run("for _ in range(3):\n    _ = dk(0.5), dl(0.5)")
+    after = cloudpickle.dumps(ip.ns["loss"])
+    assert b"ipyrefresh" not in after
+    assert after == before
+    same_result(ip.run("dl(0.5)"), autograd.grad(ip.ns["loss"])(0.5))

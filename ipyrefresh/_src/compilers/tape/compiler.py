@@ -122,7 +122,8 @@ class TapeCompiler:
         if broken:
             return Traced(reference(fn, request, args, kwargs), unsupported=broken)
         tape = Tape(effects=effects_so_far())
-        result = transform(request.transform, tape)(fn, request.argnum)(*args, **kwargs)
+        with patches.spying():
+            result = transform(request.transform, tape)(fn, request.argnum)(*args, **kwargs)
         tape.finish()
         # The arrays in plain containers, differentiated ones included (the guard's walk
         # skips those), as the trace saw them: the build makes the variant before it

@@ -4,6 +4,9 @@
   primitive applied to traced values. For its non-differentiable primitives
   (comparisons, ``floor``, ``argmax``...) we record an :class:`OpGuard` — reading the
   call from autograd's primitive wrapper — and answer yes, exactly as for ``VJPNode``.
+  It is there only while a tape records (:func:`spying`): the dict is a global of
+  autograd's that cloudpickle sends, by value, with every primitive defined in a
+  notebook, and a key of ours in it made the user's own payloads need ipyrefresh.
 * ``Box.__bool__``: ``if x > 0`` on a traced value is recorded as a :class:`BoolGuard`.
   For boxes of any other trace it does what autograd's own ``__bool__`` does.
 * The integer dtypes' constructors (``anp.int64(x)``) unbox their argument without
@@ -17,6 +20,8 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import autograd.numpy as anp
@@ -103,6 +108,28 @@ class _State:
     installed = False
     broken = ""
     originals: dict[str, Any] = {}
+    recording = 0  # tapes recording now, in all threads (under ``spy_lock``)
+    spy_lock = threading.Lock()  # (not ``lock``: install() holds that while it probes)
+
+
+_SPY = _NotraceSpy()
+
+
+@contextmanager
+def spying() -> Iterator[None]:
+    """``notrace_primitives[TapeNode]`` is our spy while this tape records (see the module
+    docstring; nested and other threads' recordings count)."""
+    with _State.spy_lock:
+        _State.recording += 1
+        notrace_primitives[TapeNode] = _SPY
+    try:
+        yield
+    finally:
+        with _State.spy_lock:
+            _State.recording -= 1
+            if _State.recording <= 0:
+                _State.recording = 0
+                notrace_primitives.pop(TapeNode, None)
 
 
 def install() -> str:
@@ -113,7 +140,6 @@ def install() -> str:
         if _State.installed:
             return _State.broken
         _State.originals = {_BOOL: Box.__dict__.get(_BOOL)}
-        notrace_primitives[TapeNode] = _NotraceSpy()
         setattr(Box, _BOOL, _traced_bool)
         for name in _INT_TYPES:
             cls = getattr(anp, name, None)
@@ -157,7 +183,8 @@ def _probe() -> str:
 
     tape = Tape()
     try:
-        transform(Transform.GRAD, tape)(f)(1.0)
+        with spying():
+            transform(Transform.GRAD, tape)(f)(1.0)
     except Exception as exc:  # pragma: no cover - only with an unknown autograd
         return f"the tape cannot trace with this autograd ({type(exc).__name__}: {exc})"
     kinds = [type(e).__name__ for e in tape.events]
