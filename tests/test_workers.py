@@ -384,16 +384,20 @@ def test_dask_tokens_keep_no_replaced_rule_alive(ip: Shell) -> None:
     assert len(tokens) == 4
 
 
+#: A function that draws from a generator of the notebook's, and a handle on it.
+ELBO = (
+    "import numpy as onp\nrng = onp.random.default_rng(0)\n"
+    "def elbo(m):\n"
+    "    eps = rng.standard_normal(3)\n"
+    "    return np.sum((m + eps) ** 2)\n"
+    "dh = grad(elbo)"
+)
+
+
 def test_handles_unpickled_before_either_runs_are_not_shared(ip: Shell) -> None:
     """Hunt 63: Dask unpickles a batch of tasks before it runs them; a kept handle not
     built yet was handed to the second task too, whose generator the first call moved."""
-    ip.run(
-        "import numpy as onp\nrng = onp.random.default_rng(0)\n"
-        "def elbo(m):\n"
-        "    eps = rng.standard_normal(3)\n"
-        "    return np.sum((m + eps) ** 2)\n"
-        "dh = grad(elbo)"
-    )
+    ip.run(ELBO)
     sent = [pickle.dumps(ip.ns["dh"]) for _ in range(2)]
     want = autograd.grad(pickle.loads(pickle.dumps(ip.ns["elbo"])))(onp.zeros(3))
     first, second = (pickle.loads(p) for p in sent)
@@ -498,13 +502,7 @@ def test_a_function_that_draws_random_numbers_starts_each_task_from_the_state_se
     """A worker keeps the handle of a payload it met before; the kept function's
     generator has moved on since, so a handle that runs its code must not be reused for
     a task that carries the generator's state as it was sent."""
-    ip.run(
-        "import numpy as onp\nrng = onp.random.default_rng(0)\n"
-        "def elbo(m):\n"
-        "    eps = rng.standard_normal(3)\n"
-        "    return np.sum((m + eps) ** 2)\n"
-        "dh = grad(elbo)"
-    )
+    ip.run(ELBO)
     sent = [pickle.dumps(ip.ns["dh"]) for _ in range(3)]  # (all with the state of now)
     want = autograd.grad(pickle.loads(pickle.dumps(ip.ns["elbo"])))(onp.zeros(3))
     executor = pools(start)

@@ -37,6 +37,7 @@ import cloudpickle
 
 from .code import is_user_module
 from .keys import Transform
+from .rules import users_rules
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -186,8 +187,6 @@ def _rule_serial(maker: Any) -> tuple[int, list[Any]]:
     """A rule object's serial number (a new one for a new object, even at the id of a
     dead one: the object is held weakly, hunt 63) and the callables of the user's it
     runs (looked up again each time: held here, they would keep what they hold)."""
-    from .snapshot import users_rules
-
     known = _rule_serials.get(id(maker))
     if known is not None and known[0]() is maker:
         return known[1], users_rules(maker) if known[2] else []

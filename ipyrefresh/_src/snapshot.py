@@ -103,6 +103,7 @@ from .nodes import (
 from .prints import slot_members
 from .readers import ArgReader, CallReader, FixedReader, NameReader, Reader, TargetReader
 from .recorder import value_effect
+from .rules import users_rules
 from .targets import Target
 
 #: Most values one derivative's guard may hold; beyond, it runs plain autograd.
@@ -1089,33 +1090,6 @@ def _has_rule(value: Any) -> bool:
         return False
 
 
-def users_rules(maker: Any) -> list[Any]:
-    """The callables of the user's that an entry of autograd's rule tables runs: a
-    function of theirs, a partial, a bound method, a callable object (not a library's
-    function). The entry is the closure ``defvjp``, ``defjvp`` and their ``_argnum``
-    forms register (autograd's own code, holding the rules), or the user's own maker
-    (``defvjp_argnums``)."""
-    if maker is None:
-        return []
-    registered: list[Any] = [maker]
-    if getattr(maker, "__module__", None) == "autograd.core" and type(maker) is FunctionType:
-        registered = []
-        for cell in maker.__closure__ or ():
-            try:
-                content = cell.cell_contents
-            except ValueError:
-                continue
-            if type(content) is dict:
-                registered.extend(content.values())
-            elif callable(content):
-                registered.append(content)
-    return [
-        rule
-        for rule in registered
-        if type(rule) is not FunctionType or codefacts.is_user_code(rule.__code__)
-    ]
-
-
 def _users_implementation(raw: Any) -> bool:
     """Whether a primitive's implementation is the user's (its wrapper's code and closure
     are then checked): anything but a library's function, ufunc or C function."""
@@ -1151,7 +1125,6 @@ __all__ = [
     "Walker",
     "rng_state",
     "rules_of",
-    "users_rules",
 ]
 
 

@@ -32,6 +32,7 @@ from autograd.numpy import numpy_wrapper as W
 from autograd.numpy.numpy_boxes import ArrayBox
 
 from ...nodes import NUMPY_SCALAR_TYPES, implementation
+from ...rules import registered
 
 getitem = ArrayBox.__getitem__
 
@@ -70,20 +71,7 @@ def is_container_take_rule() -> bool:
 def _rule_functions(prim: Any) -> list[Any] | None:
     """The VJP functions registered for ``prim`` through ``defvjp`` or ``defvjp_argnum``
     (which wrap them in a closure of ``autograd.core``); None for a rule set otherwise."""
-    maker = primitive_vjps.get(prim)
-    if maker is None or getattr(maker, "__module__", None) != "autograd.core":
-        return None
-    functions: list[Any] = []
-    for cell in maker.__closure__ or ():
-        try:
-            content = cell.cell_contents
-        except ValueError:
-            continue
-        if type(content) is dict:
-            functions.extend(content.values())
-        elif callable(content) and content is not prim:
-            functions.append(content)
-    return functions
+    return registered(primitive_vjps.get(prim), prim)
 
 
 @dataclass
