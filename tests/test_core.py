@@ -152,6 +152,26 @@ def test_grad_magic_errors_are_one_line(
     assert ip.run("%grad h(1.0)") == 2.0
 
 
+def test_a_comment_after_a_magic_is_a_comment(
+    ip: Shell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Hunt 65: the README's quick start ends ``%stale  # "grad(h) ..."``, and IPython passes
+    the comment to the magic, which refused it as arguments."""
+    ip.run("def g(x): return np.sin(x)\ndef f(x): return g(x) ** 2\ndf = grad(f)")
+    ip.run("df(0.3)\ndf(0.3)")
+    ip.run("def g(x): return np.cos(x)")
+    capsys.readouterr()
+    ip.run('%stale  # "grad(f)  g redefined": rebuilt at its next call')
+    assert "g redefined" in capsys.readouterr().out
+    ip.run("%callgraph --text f  # the picture")
+    assert "grad(f)" in capsys.readouterr().out
+    ip.run("%refresh  # rebuild them all")
+    assert "rebuilt 1" in capsys.readouterr().out
+    assert "unrecognized arguments: f" in str(ip.run_error("%stale f  # f is no argument"))
+    ip.run('%refresh "no#name"')  # (inside quotes: no comment)
+    assert "'no#name'" in capsys.readouterr().out
+
+
 def test_the_other_magics_refuse_what_they_cannot_mean(
     ip: Shell, capsys: pytest.CaptureFixture[str]
 ) -> None:

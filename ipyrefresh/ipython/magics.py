@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -41,8 +42,11 @@ parse_argstring: Callable[[Any, str], argparse.Namespace] = _magic_arguments.par
 
 
 def _parse(name: str, line: str) -> argparse.Namespace:
-    """Parse the arguments of ``%name`` with the parser its decorators declared."""
+    """Parse the arguments of ``%name`` with the parser its decorators declared. A ``#``
+    outside quotes starts a comment, as in the cell around it (IPython passes the rest of
+    the line to a line magic, comment included)."""
     try:
+        line = shlex.join(shlex.split(line, comments=True))
         return parse_argstring(getattr(IPyRefreshMagics, name), line)
     except UsageError as exc:
         raise UsageError(f"%{name}: {exc}") from None
