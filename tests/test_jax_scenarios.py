@@ -2900,3 +2900,40 @@ def test_a_donating_step_is_not_started_before_its_guard(jp: Shell) -> None:
         got = jp.run(f"{change}\nstep(q, xb, yb, 0.1)")  # (no hook between: the guard sees it)
         assert not differ(got, jp.run(f"{FRESH_STEP}(copy(p0), xb, yb, 0.1)")), change
         assert jp.run("all(v.is_deleted() for v in jax.tree_util.tree_leaves(q))")
+
+
+def test_rj_jit_errors_name_the_users_function_and_argument(jp: Shell) -> None:
+    """Hunt 65: a trace error named our wrapper (``once`` in ipyrefresh's source) and
+    ``_ipyrefresh_args[1]`` where ``jax.jit``'s names the user's function and the argument
+    to make static, which is the fix JAX's message is there to suggest."""
+    jp.run(
+        "def train_step(params, nsteps):\n"
+        "    for _ in range(nsteps):\n        params = params * 0.5\n    return params"
+    )
+    theirs = str(jp.run_error("jax.jit(train_step)(jnp.ones(3), 2)"))
+    ours = str(jp.run_error("rj.jit(train_step)(jnp.ones(3), 2)"))
+    assert "the function train_step at" in theirs and "argument nsteps" in theirs
+    assert ours == theirs
+
+
+def test_no_stale_start_under_debug_nans_on_since_the_build(
+    jp: Shell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Hunt 64: with ``debug_nans`` on at the build and at the call, a cached call was
+    started before its guard refused it, and JAX reported the OLD code's nans (and ran
+    it again de-optimized) where a fresh ``jax.jit`` of the current code says nothing."""
+    old = jax.config.jax_debug_nans
+    jp.run("jax.config.update('jax_debug_nans', True)")
+    try:
+        jp.run(
+            "def g(v):\n    return v\n"
+            "def f(v):\n    return jnp.sum(jnp.sqrt(g(v)))\n"
+            "step = rj.jit(f)\nx1 = jnp.array([1.0, 2.0])\n_ = step(x1), step(x1)\n"
+            "x2 = jnp.array([-1.0, 2.0])"
+        )
+        capsys.readouterr()
+        got = jp.run("def g(v):\n    return jnp.abs(v)\nstep(x2)")  # (no hook in between)
+        assert "Invalid nan" not in capsys.readouterr().out
+        assert not differ(got, jp.run("jax.jit(functools.partial(f))(x2)"))
+    finally:
+        jax.config.update("jax_debug_nans", old)

@@ -387,11 +387,13 @@ class JaxVariant:
         #: No effect, callback or donated argument: starting it for a call the guard then
         #: refuses changes nothing (JAX dispatches it, and its answer is dropped)...
         self._pure = pure
-        #: ... under the settings of its build (see :data:`_NOISY`).
+        #: ... under the settings of its build, all off (see :data:`_NOISY`: with
+        #: ``debug_nans`` on, a stale start would report its old code's nans, hunt 64).
         self._noisy = _read_noisy()
+        self._quiet = pure and all(v is None or v is False or v == "allow" for v in self._noisy)
 
     def starts_first(self) -> bool:
-        return self._pure and all(map(operator.is_, _read_noisy(), self._noisy))
+        return self._quiet and all(map(operator.is_, _read_noisy(), self._noisy))
 
     def run(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if self._plan.mismatch(args, kwargs):
@@ -405,6 +407,38 @@ class JaxVariant:
 
     def describe(self) -> str:
         return "jax.jit"
+
+
+def _name_as(
+    wrapper: Any, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], plan: _Plan
+) -> None:
+    """JAX's errors about the trace of ``wrapper`` for these arguments (a tracer used as a
+    Python bool, a shape) name ``fn``, its source line and its arguments, as
+    ``jax.jit(fn)``'s do, not our wrapper and ``_ipyrefresh_args[1]`` (hunt 65): JAX takes
+    a wrapper's debug info from its ``__fun_debug_info__`` (the caller removes it after
+    the trace: other arguments would count other values). Left as it is if this JAX does
+    not work so."""
+    try:
+        from jax._src import api_util
+
+        def info_of(f: Any) -> Any:
+            return api_util.debug_info(
+                "jit",
+                f,
+                args,
+                kwargs,
+                static_argnums=plan.static,
+                static_argnames=plan.static_names or (),
+            )
+
+        info, own = info_of(fn), info_of(wrapper)
+        if info.arg_names is None or len(info.arg_names) != len(own.arg_names or ()):
+            # (the user's signature binds the arguments otherwise: the wrapper's names
+            # count the traced values as JAX will)
+            info = info._replace(arg_names=own.arg_names)
+        api_util.save_wrapped_fun_debug_info(wrapper, info)
+    except Exception:  # (names only: the trace is the same without them)
+        return
 
 
 #: JAX's concrete array type (``type(x) in`` is the hot path's test; subclasses and
@@ -760,13 +794,14 @@ class JaxCompiler:
             return holder[0](*_ipyrefresh_args, **_ipyrefresh_kwargs)
 
         options = request.options
+        passed, passed_kw = plan.pass_args(args), plan.pass_kwargs(kwargs)
+        _name_as(once, traced, passed, passed_kw, plan)
         jitted = jax.jit(
             once,
             static_argnums=plan.static,
             static_argnames=plan.static_names,
             donate_argnums=options.get("donate_argnums", ()),
         )
-        passed, passed_kw = plan.pass_args(args), plan.pass_kwargs(kwargs)
         was, _BUILDING.active = _BUILDING.active, True
         _BUILDING.ours += 1
         try:
@@ -780,6 +815,7 @@ class JaxCompiler:
             _BUILDING.ours -= 1
             built[0] = True
             holder.clear()
+            once.__dict__.pop("__fun_debug_info__", None)  # (for this trace's arguments only)
 
         def finish() -> Any:
             # Lowering, compiling and running what was traced: JAX's code only (its trace
