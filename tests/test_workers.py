@@ -360,6 +360,28 @@ def test_dask_names_tasks_by_what_the_gradient_rules_hold(ip: Shell, change: str
     same_result(got, autograd.grad(ip.ns["h"])(0.5))
 
 
+def test_dask_names_tasks_by_what_a_rule_of_a_users_module_reads(ip: Shell, modules) -> None:  # type: ignore[no-untyped-def]
+    """Hunt 64: a rule from a module of the user's files pickles by reference, so its
+    bytes do not say what it reads of its module: such a rule gives tasks names of their
+    own (as a payload naming a user's module does)."""
+    dask = pytest.importorskip("dask")
+    modules(
+        "ipyr_rules",
+        "import autograd.numpy as np\nscale = 1.0\n"
+        "def rule(ans, x):\n    return lambda g: g * np.cos(x) * scale\n",
+    )
+    ip.run(
+        "import ipyr_rules\nfrom autograd.extend import primitive, defvjp\n"
+        "@primitive\ndef f(x):\n    return np.sin(x)\ndefvjp(f, ipyr_rules.rule)\n"
+        "def h(x):\n    return f(x) * 2.0\ndh = grad(h)\n_ = dh(0.5), dh(0.5)"
+    )
+    before = dask.delayed(ip.ns["dh"], pure=True)(0.5).persist(scheduler="threads")
+    ip.run("ipyr_rules.scale = 3.0")
+    after = dask.delayed(ip.ns["dh"], pure=True)(0.5)
+    assert after.key != before.key
+    same_result(dask.compute(before, after, scheduler="threads")[1], autograd.grad(ip.ns["h"])(0.5))
+
+
 def test_dask_tokens_keep_no_replaced_rule_alive(ip: Shell) -> None:
     """Hunt 63: tokens kept every rule object they met (to keep its id from being
     reused), and with it all it held: 40 MB per rule replaced in this test's loop."""
@@ -382,6 +404,22 @@ def test_dask_tokens_keep_no_replaced_rule_alive(ip: Shell) -> None:
     gc.collect()
     assert ip.run("[r() is None for r in refs]") == [True, True, True, False]
     assert len(tokens) == 4
+    # (Hunt 64: a maker that cannot be held weakly, a __slots__ object, was held for good.)
+    ip.run(
+        "from autograd.extend import defvjp_argnums\nrefs = []\n"
+        "class Maker:\n    __slots__ = ('M',)\n"
+        "    def __init__(self, M):\n        self.M = M\n"
+        "    def __call__(self, argnums, ans, args, kwargs):\n"
+        "        return lambda g: (g * self.M[0],)"
+    )
+    for i in range(3):
+        ip.run(
+            f"M = onp.full(1_000_000, {i + 1}.0)\nrefs.append(weakref.ref(M))\n"
+            "defvjp_argnums(f, Maker(M))\ndel M"
+        )
+        tokenize(ip.ns["dh"])
+    gc.collect()
+    assert ip.run("[r() is None for r in refs]") == [True, True, False]
 
 
 #: A function that draws from a generator of the notebook's, and a handle on it.

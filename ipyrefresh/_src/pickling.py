@@ -168,18 +168,23 @@ def _rules_token() -> str | None:
 
     digest = hashlib.blake2b()
     with _lock:
-        for table in (primitive_vjps, primitive_jvps):
-            for maker in tuple(table.values()):
-                serial, own = _rule_serial(maker)
-                digest.update(serial.to_bytes(8, "little"))
-                if own:
-                    try:
-                        digest.update(cloudpickle.dumps(own, protocol=pickle.HIGHEST_PROTOCOL))
-                    except Exception:
-                        return None
-        if len(_rule_serials) > 2 * (len(primitive_vjps) + len(primitive_jvps)) + 64:
-            for key in [k for k, (ref, _, _) in _rule_serials.items() if ref() is None]:
-                del _rule_serials[key]
+        makers = [*primitive_vjps.values(), *primitive_jvps.values()]
+        for maker in makers:
+            serial, own = _rule_serial(maker)
+            digest.update(serial.to_bytes(8, "little"))
+            if own:
+                try:
+                    payload, by_reference = _dumps(own)
+                except Exception:
+                    return None
+                if by_reference:  # (a rule of a module of yours: what it reads is not in it)
+                    return None
+                digest.update(payload)
+        # (Only the rules registered now: a replaced one, which a serial holds strongly
+        # when it cannot be held weakly, must go with what it holds, hunt 64.)
+        now = set(map(id, makers))
+        for key in [k for k in _rule_serials if k not in now]:
+            del _rule_serials[key]
     return digest.hexdigest()
 
 
@@ -194,7 +199,7 @@ def _rule_serial(maker: Any) -> tuple[int, list[Any]]:
     own = users_rules(maker)
     try:
         ref: Any = weakref.ref(maker)
-    except TypeError:  # (not weakly referenceable: held, as the table holds it)
+    except TypeError:  # (not weakly referenceable: held while the table holds it)
         ref = lambda: maker  # noqa: E731
     _rule_serials[id(maker)] = (ref, serial, bool(own))
     return serial, own
