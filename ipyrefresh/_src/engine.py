@@ -41,6 +41,7 @@ from .changes import BINDING_KINDS, CellRef, Change, ChangeKind, ChangeLog, Dete
 from .compilers.base import Miss, Variant, check_variant
 from .config import IPyRefresh
 from .entry import Entry, State
+from .gcmarks import QuietWeakSet
 from .guard import Guard
 from .keys import EntryKey, Signature, TargetKey, is_jax_array_type
 from .nodes import Mismatch
@@ -113,7 +114,7 @@ class Engine:
         self._watching: dict[weakref.ref[Any], TargetKey] = {}  # a fixed target's object's
         self._warned: set[str] = set()
         #: Entries whose variants changed since the last check after a cell.
-        self._changed: weakref.WeakSet[Entry] = weakref.WeakSet()
+        self._changed: QuietWeakSet[Entry] = QuietWeakSet()
         #: Housekeeping asked for while another thread's build held the cache (``%reset``,
         #: ``%unload_ext``, ``%config``): done, in order, by the next hook or request
         #: that holds it (see :meth:`_when_free`).
