@@ -7,11 +7,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import autograd.numpy  # noqa: F401  (its rules, in the tables below)
 import pytest
+from autograd.core import primitive_jvps, primitive_vjps
 from IPython.core.interactiveshell import InteractiveShell
 
 from ipyrefresh._src.config import IPyRefresh
 from ipyrefresh._src.engine import Engine, using
+
+#: autograd's gradient rule tables as a fresh session has them (before any test registers
+#: rules of its notebook's primitives, which stay in these global tables for good).
+PRISTINE_RULES = ((primitive_vjps, dict(primitive_vjps)), (primitive_jvps, dict(primitive_jvps)))
 
 
 class CellError(AssertionError):

@@ -32,7 +32,7 @@ import ipyrefresh
 from ipyrefresh._src.engine import Engine
 from ipyrefresh._src.targets import FixedTarget
 
-from .conftest import Shell, require_jax
+from .conftest import PRISTINE_RULES, Shell, require_jax
 from .oracle import same_result
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # no accelerator probing, here or in workers
@@ -61,6 +61,24 @@ def module_loss(x: Any) -> Any:
 
 
 # -- the pools, one per module -----------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _rule_tables_of_a_fresh_session() -> Iterator[None]:
+    """A task's token pickles every rule of the user's that autograd holds; rules other
+    tests registered stay in autograd's global tables (some cannot be pickled, which gives
+    every task a token of its own). Each test here runs with the tables of a fresh
+    session, and gives back those it found."""
+    found = [(table, dict(table)) for table, _ in PRISTINE_RULES]
+    for table, pristine in PRISTINE_RULES:
+        table.clear()
+        table.update(pristine)
+    try:
+        yield
+    finally:
+        for table, before in found:
+            table.clear()
+            table.update(before)
 
 
 @pytest.fixture(autouse=True)
