@@ -108,7 +108,9 @@ class _State:
     installed = False
     broken = ""
     originals: dict[str, Any] = {}
-    recording = 0  # tapes recording now, in all threads (under ``spy_lock``)
+    #: Tapes recording now, in all threads (under ``spy_lock``): a token's id -> the
+    #: thread and the id of the frame that opened the recording.
+    recording: dict[int, tuple[int, int]] = {}
     spy_lock = threading.Lock()  # (not ``lock``: install() holds that while it probes)
 
 
@@ -118,18 +120,33 @@ _SPY = _NotraceSpy()
 @contextmanager
 def spying() -> Iterator[None]:
     """``notrace_primitives[TapeNode]`` is our spy while this tape records (see the module
-    docstring; nested and other threads' recordings count)."""
+    docstring; nested and other threads' recordings count). A recording a Ctrl-C cut
+    short before its ``finally`` is forgotten once its frame has left its thread's stack,
+    as the recorder forgets its own."""
+    token = object()
+    opened = (threading.get_ident(), id(sys._getframe(2)))  # (2: past contextlib's frame)
     with _State.spy_lock:
-        _State.recording += 1
+        _State.recording[id(token)] = opened
         notrace_primitives[TapeNode] = _SPY
     try:
         yield
     finally:
         with _State.spy_lock:
-            _State.recording -= 1
-            if _State.recording <= 0:
-                _State.recording = 0
+            _State.recording.pop(id(token), None)
+            _forget_cut_short()
+            if not _State.recording:
                 notrace_primitives.pop(TapeNode, None)
+
+
+def _forget_cut_short() -> None:
+    """Drop the recordings whose opening frame is no longer on its thread's stack."""
+    frames = sys._current_frames()
+    for key, (thread, frame_id) in list(_State.recording.items()):
+        frame = frames.get(thread)
+        while frame is not None and id(frame) != frame_id:
+            frame = frame.f_back
+        if frame is None:
+            del _State.recording[key]
 
 
 def install() -> str:
