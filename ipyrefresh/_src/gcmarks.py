@@ -44,9 +44,16 @@ _LAST: Any = _CLOSED.move_to_end
 def collecting() -> bool:
     """A garbage collection runs in this thread now (while the marks are in place: see
     :func:`bracket`)."""
-    if next(reversed(_OPENED)) == "stop" and next(reversed(_CLOSED)) == "stop":
-        return False
-    return getattr(_MINE, "start", None) is _LATEST.get("start")
+    for _ in range(3):
+        try:
+            if next(reversed(_OPENED)) == "stop" and next(reversed(_CLOSED)) == "stop":
+                return False
+            return getattr(_MINE, "start", None) is _LATEST.get("start")
+        except RuntimeError:
+            # A collection started or ended while the marks were read (3.12: "OrderedDict
+            # mutated during iteration"); it is over now: read them again.
+            continue
+    return False  # (never reached in practice; False records more, the safe side)
 
 
 def bracket() -> None:
