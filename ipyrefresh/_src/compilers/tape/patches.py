@@ -141,12 +141,17 @@ def spying() -> Iterator[None]:
 def _forget_cut_short() -> None:
     """Drop the recordings whose opening frame is no longer on its thread's stack."""
     frames = sys._current_frames()
-    for key, (thread, frame_id) in list(_State.recording.items()):
-        frame = frames.get(thread)
-        while frame is not None and id(frame) != frame_id:
-            frame = frame.f_back
-        if frame is None:
-            del _State.recording[key]
+    try:
+        for key, (thread, frame_id) in list(_State.recording.items()):
+            frame = frames.get(thread)
+            while frame is not None and id(frame) != frame_id:
+                frame = frame.f_back
+            if frame is None:
+                del _State.recording[key]
+    finally:
+        # ``frames`` holds this very frame: a cycle that would keep every caller's locals
+        # (the user's handle, its function) alive until the next collection.
+        frames.clear()
 
 
 def install() -> str:
