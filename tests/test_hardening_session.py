@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dis
+import functools
 import json
 import subprocess
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
 import autograd
@@ -116,8 +118,32 @@ def test_threads_with_many_signatures_and_evictions(ip: Any) -> None:
 
 
 # -- KeyboardInterrupt -------------------------------------------------------------------------
+#: The start of a ``with`` statement's exit when its body ends normally (3.10; 3.11+).
+_WITH_EXITS = (
+    [("LOAD_CONST", None), ("DUP_TOP", None), ("DUP_TOP", None)],
+    [("LOAD_CONST", None)] * 3,
+)
+
+
+def _at_a_with_exit(frame: FrameType) -> bool:
+    """Whether this line event is the one CPython emits, on the ``with`` statement's line,
+    just before it calls ``__exit__``. A real Ctrl-C is never raised there: CPython handles
+    signals where it checks for them (function entries, backward jumps, after calls), and
+    the exit's instructions have no such check before ``__exit__`` runs. An exception
+    raised there by a trace function skips ``__exit__``: a ``with lock:`` stays held."""
+    return frame.f_lasti in _with_exits(frame.f_code)
+
+
+@functools.cache
+def _with_exits(code: CodeType) -> frozenset[int]:
+    ins = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
+    ops = [(i.opname, i.argval) for i in ins]
+    return frozenset(ins[k].offset for k in range(len(ins)) if ops[k : k + 3] in _WITH_EXITS)
+
+
 class InterruptAt:
-    """Raise KeyboardInterrupt at the n-th line ipyrefresh executes (as Ctrl-C could)."""
+    """Raise KeyboardInterrupt at the n-th line ipyrefresh executes (as Ctrl-C could: not
+    at a ``with`` statement's exit, see :func:`_at_a_with_exit`)."""
 
     def __init__(self, n: int) -> None:
         self.n = n
@@ -125,7 +151,7 @@ class InterruptAt:
         self.fired = False
 
     def local(self, frame: FrameType, event: str, arg: Any) -> Any:
-        if event == "line" and not self.fired:
+        if event == "line" and not self.fired and not _at_a_with_exit(frame):
             self.lines += 1
             if self.lines == self.n:
                 self.fired = True
