@@ -118,6 +118,7 @@ class Extension:
             return  # a cell run from inside a cell (``run_cell`` in code) is part of it
         reset_if_idle()  # no build runs between cells: drop what a Ctrl-C left behind
         try:
+            self.engine.mend_lock()  # (and the cache's lock, if a Ctrl-C left it held)
             count: int | None = self.shell.execution_count
             self._seen = count
             if not getattr(info, "store_history", False):
