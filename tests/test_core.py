@@ -12,7 +12,7 @@ import pytest
 
 import ipyrefresh
 from ipyrefresh._src import gcmarks
-from ipyrefresh._src.engine import Engine
+from ipyrefresh._src.engine import Engine, current
 
 from .conftest import Shell
 
@@ -378,6 +378,26 @@ def test_eager_mode_rebuilds_after_the_cell(ip: Shell) -> None:
     assert e["state"] == "fresh" and e["rebuilds"] == 1
     assert ip.run("dh(1.0)") == 3.0
     assert entry("grad(h)")["rebuilds"] == 1  # already rebuilt: this call was a hit
+
+
+def test_retain_example_bytes_bounds_every_kept_argument(ip: Shell) -> None:
+    """Hunt 65: a string argument (text data) was kept whatever its size, and a negative
+    budget was taken. Kept arguments are what eager mode and %refresh rebuild with."""
+    ip.run("%config IPyRefresh.retain_example_bytes = -1")  # (IPython reports the TraitError)
+    assert current().config.retain_example_bytes == 1 << 20
+    ip.run("def h(x, label):\n    return x ** 3 * len(label)\ndh = grad(h)")
+    ip.run("big, small = 'a' * (2 << 20), 'abc'")
+    ip.run("r1 = dh(2.0, small)\nr2 = dh(2.0, big)")  # two entries: str is part of the key
+    ip.run("def h(x, label):\n    return x ** 2 * len(label)")
+    report = ipyrefresh.refresh()
+    assert report["rebuilt"] == ["grad(h)"] and report["pending"] == ["grad(h)"], report
+    assert ip.run("dh(2.0, big)") == autograd.grad(ip.ns["h"])(2.0, ip.ns["big"])
+    # 0 keeps nothing, not even a number.
+    ip.run("%config IPyRefresh.retain_example_bytes = 0")
+    ip.run("def k(x):\n    return x ** 3\ndk = grad(k)\nr = dk(2.0); r = dk(2.0)")
+    ip.run("def k(x):\n    return x ** 4")
+    assert ipyrefresh.refresh()["pending"] == ["grad(k)"]
+    assert ip.run("dk(2.0)") == autograd.grad(ip.ns["k"])(2.0)
 
 
 def test_refresh_by_name(ip: Shell, capsys: pytest.CaptureFixture[str]) -> None:

@@ -38,8 +38,9 @@ class IPyRefresh(Configurable):
 
     retain_example_bytes = Int(
         1 << 20,
-        help="Keep a copy of a derivative's last arguments up to this size, so that eager "
-        "mode and %refresh can rebuild it before its next call.",
+        help="Keep a copy of a derivative's last arguments up to this size in all (numbers "
+        "and strings count as their size in memory), so that eager mode and %refresh can "
+        "rebuild it before its next call. 0 keeps none.",
     ).tag(config=True)
 
     build_at_call = Int(
@@ -74,6 +75,12 @@ class IPyRefresh(Configurable):
     def _check_max_entries(self, proposal: dict[str, Any]) -> int:
         if proposal["value"] < 1:
             raise TraitError("max_entries must be at least 1")
+        return int(proposal["value"])
+
+    @validate("retain_example_bytes")
+    def _check_retain_example_bytes(self, proposal: dict[str, Any]) -> int:
+        if proposal["value"] < 0:
+            raise TraitError("retain_example_bytes must be 0 (keep no arguments) or more")
         return int(proposal["value"])
 
     @validate("build_at_call")

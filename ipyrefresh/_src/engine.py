@@ -897,9 +897,14 @@ def entry_status(entry: Entry) -> dict[str, Any]:
 
 
 def _small_copy(value: Any, budget: list[int]) -> Any:
-    """A private copy of plain numeric arguments, or raise ValueError if too big or odd."""
+    """A private copy of plain numeric arguments, or raise ValueError if too big or odd.
+    Immutable scalars and strings are kept as they are, at their size (a string of text
+    data is as big as an array)."""
     t = type(value)
     if t in (float, int, bool, complex, str, type(None)):
+        budget[0] -= sys.getsizeof(value)
+        if budget[0] < 0:
+            raise ValueError
         return value
     if t is np.ndarray or issubclass(t, np.generic):
         budget[0] -= value.nbytes
