@@ -42,10 +42,10 @@ from .changes import BINDING_KINDS, CellRef, Change, ChangeKind, ChangeLog, Dete
 from .compilers.base import Miss, Variant, check_variant
 from .config import IPyRefresh
 from .entry import Entry, State
-from .gcmarks import QuietWeakSet
 from .guard import Guard
 from .keys import EntryKey, Signature, TargetKey, is_jax_array_type
 from .nodes import Mismatch
+from .quietweakset import QuietWeakSet
 from .readers import ArgReader
 from .targets import FixedTarget, Target, TargetGone, same_callable
 from .watch import Watch
