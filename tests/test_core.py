@@ -400,6 +400,28 @@ def test_retain_example_bytes_bounds_every_kept_argument(ip: Shell) -> None:
     assert ip.run("dk(2.0)") == autograd.grad(ip.ns["k"])(2.0)
 
 
+def test_refresh_by_a_handles_name(ip: Shell, capsys: pytest.CaptureFixture[str]) -> None:
+    """Hunt 65: ``%refresh dh`` (the name a user sees their derivative by) matched nothing."""
+    ip.run("def g(x): return 2 * x\ndef h(x): return g(x) ** 2\ndef k(x): return g(x) * 3")
+    ip.run("from ipyrefresh import hessian\ndh, dk, d2h = grad(h), grad(k), hessian(h)")
+    ip.run("%refresh dh")
+    assert "dh (grad(h)) has not been called yet" in capsys.readouterr().out
+    ip.run("_ = dh(1.0), dk(1.0), d2h(1.0)")
+    ip.run("def g(x): return 4 * x")
+    ip.run("%refresh dh")
+    assert "rebuilt 1" in capsys.readouterr().out
+    assert [entry(n)["state"] for n in ("grad(h)", "hessian(h)", "grad(k)")] == [
+        "fresh",
+        "stale",
+        "stale",
+    ]
+    assert ipyrefresh.refresh(ip.ns["dk"])["rebuilt"] == ["grad(k)"]
+    assert entry("hessian(h)")["state"] == "stale"
+    for name, fn, how in [("dh", "h", "grad"), ("dk", "k", "grad"), ("d2h", "h", "hessian")]:
+        oracle = getattr(autograd, how)(ip.ns[fn])(1.0)
+        assert ip.run(f"{name}(1.0)") == pytest.approx(oracle)
+
+
 def test_refresh_by_name(ip: Shell, capsys: pytest.CaptureFixture[str]) -> None:
     ip.run("def g(x): return 2 * x\ndef u(x): return 3 * x")
     ip.run("def h(x): return g(x)\ndef k(x): return u(x)")

@@ -692,17 +692,24 @@ class Engine:
         return went
 
     def refresh(
-        self, name: str | None = None, force: bool = False, eager: bool = False
+        self,
+        name: str | None = None,
+        force: bool = False,
+        eager: bool = False,
+        which: Callable[[Entry], bool] | None = None,
     ) -> dict[str, Any]:
-        """Rebuild stale entries now (those depending on ``name``, if given); ``force``
-        rebuilds fresh ones too. Entries whose last arguments were not kept are left to
-        rebuild at their next call. ``eager`` (after a cell, unasked) skips functions whose
-        last build had effects (they would print, draw or count behind the user's back).
-        Either way the global random generators are put back as they were."""
+        """Rebuild stale entries now (those depending on ``name``, if given, or those
+        ``which`` selects: a handle's own); ``force`` rebuilds fresh ones too. Entries
+        whose last arguments were not kept are left to rebuild at their next call.
+        ``eager`` (after a cell, unasked) skips functions whose last build had effects
+        (they would print, draw or count behind the user's back). Either way the global
+        random generators are put back as they were."""
         report: dict[str, Any] = {"rebuilt": [], "pending": [], "failed": [], "matched": 0}
         with self.lock_for_request():
             self.sweep(deep=True, detection=Detection.ON_REQUEST)
             for entry in self.cache:
+                if which is not None and not which(entry):
+                    continue
                 if name is not None and not mentions(entry, name):
                     continue
                 report["matched"] += 1

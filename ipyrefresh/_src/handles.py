@@ -145,6 +145,17 @@ class Derivative:
         self._hot: Entry | None = None
         self._told_traced = False  # warned that the user's own jax.jit traces this handle
 
+    def owns(self, entry: Entry) -> bool:
+        """Whether ``entry`` answers this handle's calls (its target, transform, argnum and
+        options: another handle made alike shares it)."""
+        key = entry.key
+        return (
+            entry.target is self.target
+            and key.transform is self.transform
+            and key.argnum == self.argnum
+            and key.options == self.options
+        )
+
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         fn = self.target.resolve()
         if fn is self:
@@ -307,7 +318,10 @@ def status(check: bool = True) -> dict[str, Any]:
     return current().status(check)
 
 
-def refresh(name: str | None = None, force: bool = False) -> dict[str, Any]:
-    """Rebuild stale derivatives now (those depending on ``name``, if given). Raises
-    :class:`~ipyrefresh.EngineBusy` while another thread's build holds the cache."""
+def refresh(name: str | Derivative | None = None, force: bool = False) -> dict[str, Any]:
+    """Rebuild stale derivatives now: those depending on ``name``, if given, or a handle's
+    own. Raises :class:`~ipyrefresh.EngineBusy` while another thread's build holds the
+    cache."""
+    if isinstance(name, Derivative):
+        return current().refresh(force=force, which=name.owns)
     return current().refresh(name, force)

@@ -235,14 +235,7 @@ def views_for(engine: Engine, name: str, ns: dict[str, Any] | None) -> list[Grap
 
     value = ns.get(name) if ns is not None else None
     if type(value) is Derivative:  # a handle: just its own transform and argnum
-        handle = value
-        entries = [
-            e
-            for e in engine.cache
-            if e.target is handle.target
-            and e.key.transform is handle.transform
-            and e.key.argnum == handle.argnum
-        ]
+        entries = [e for e in engine.cache if value.owns(e)]
         if not entries:
             raise CallgraphError(f"{name!r} has not been called yet; call it once first")
     else:

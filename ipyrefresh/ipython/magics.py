@@ -112,17 +112,30 @@ class IPyRefreshMagics(Magics):
 
     @magic_arguments()
     @argument("--all", action="store_true", help="rebuild fresh derivatives too")
-    @argument("name", nargs="?", default=None, help="only derivatives depending on NAME")
+    @argument(
+        "name",
+        nargs="?",
+        default=None,
+        help="only derivatives depending on NAME (a handle's name: that handle's own)",
+    )
     @line_magic
     def refresh(self, line: str) -> None:
         """Rebuild stale derivatives now: ``%refresh [name] [--all]``."""
         opts = _parse("refresh", line)
+        ns = self.shell.user_ns if self.shell is not None else {}
+        handle = ns.get(opts.name) if opts.name is not None else None
         try:
-            report = self.engine.refresh(opts.name, force=opts.all)
+            if isinstance(handle, Derivative):  # a handle's name: its own derivatives
+                report = self.engine.refresh(force=opts.all, which=handle.owns)
+            else:
+                report = self.engine.refresh(opts.name, force=opts.all)
         except EngineBusy as exc:
             print(exc)
             return
         rebuilt, pending, failed = report["rebuilt"], report["pending"], report["failed"]
+        if isinstance(handle, Derivative) and not report["matched"]:
+            print(f"Nothing to refresh: {opts.name} ({handle.label}) has not been called yet.")
+            return
         if opts.name is not None and not report["matched"]:
             print(f"Nothing to refresh: no cached derivative depends on {opts.name!r}.")
             return
