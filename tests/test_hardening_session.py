@@ -276,6 +276,11 @@ def test_keyboard_interrupt_from_the_user_code_during_a_rebuild(ip: Any) -> None
 #: KeyboardInterrupt in each kind of cell, and whether the shell answered right after.
 _INTERRUPTS = """
 import json, os, signal, sys, threading
+# Ctrl-C as a kernel takes it: the suite's process may ignore or block SIGINT by now (a
+# pool or a tracker of multiprocessing's, started by an earlier test), and a child inherits
+# both; then every interrupt below would be "lost".
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from IPython.core.interactiveshell import InteractiveShell
 ip = InteractiveShell.instance()
 ip.run_line_magic("load_ext", "ipyrefresh")
