@@ -455,6 +455,8 @@ def main() -> int:
     opts = parse(parser, "bench_jax")
     rounds = 1 if opts.quick else opts.rounds
     cmd = "PYTHONPATH=. .venv/bin/python benchmarks/bench_jax.py --results"
+    if opts.rounds != parser.get_default("rounds"):
+        cmd += f" --rounds {opts.rounds}"
     report = Report("jax", "JAX backend: ipyrefresh.jax versus jax.clear_caches()", cmd)
     report.say(
         f"jax {jax.__version__}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, "
