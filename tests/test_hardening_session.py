@@ -252,6 +252,26 @@ def test_keyboard_interrupt_anywhere_in_a_cells_hooks(ip: Any) -> None:
     assert interrupted > 0
 
 
+def test_a_cell_run_by_a_build_leaves_the_builds_lock_alone(ip: Any) -> None:
+    """The start of a cell releases a cache lock a Ctrl-C left held, but not one a build
+    holds: a function that runs a cell, called from outside any cell (a widget's callback),
+    starts an outermost cell inside its own build."""
+    ip.run(
+        "ran = []\n"
+        "def f(x):\n"
+        "    ran.append(get_ipython().run_cell('pass').success)\n"
+        "    return np.sin(x) * x\n"
+        "df = grad(f)"
+    )
+    engine = current()
+    for k in range(3):  # the first builds (the suite builds at the first call), then hits
+        got = ip.ns["df"](0.5 + k)  # outside any cell
+        assert got == fresh(ip, "f", 0.5 + k)
+    assert ip.ns["ran"] and all(ip.ns["ran"])
+    assert ipyrefresh.status()["interrupted_locks"] == 0
+    assert free_for_other_threads(engine)
+
+
 def test_keyboard_interrupt_from_the_user_code_during_a_rebuild(ip: Any) -> None:
     ip.run(
         "stop = [False]\n"
