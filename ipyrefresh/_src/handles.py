@@ -322,6 +322,11 @@ def refresh(name: str | Derivative | None = None, force: bool = False) -> dict[s
     """Rebuild stale derivatives now: those depending on ``name``, if given, or a handle's
     own. Raises :class:`~ipyrefresh.EngineBusy` while another thread's build holds the
     cache."""
+    return refresh_in(current(), name, force)
+
+
+def refresh_in(engine: Engine, name: str | Derivative | None, force: bool) -> dict[str, Any]:
+    """:func:`refresh` with ``engine``'s cache (``%refresh``, the shell's own)."""
     if isinstance(name, Derivative):
-        return current().refresh(force=force, which=name.owns)
-    return current().refresh(name, force)
+        return engine.refresh(force=force, which=name.owns)
+    return engine.refresh(name, force)

@@ -16,7 +16,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from .._src import compilers
 from .._src.compilers.base import Transform
 from .._src.engine import Engine, EngineBusy
-from .._src.handles import Derivative
+from .._src.handles import Derivative, refresh_in
 from .._src.targets import TargetGone, target_in
 from .gradline import (
     GradLineError,
@@ -124,11 +124,9 @@ class IPyRefreshMagics(Magics):
         opts = _parse("refresh", line)
         ns = self.shell.user_ns if self.shell is not None else {}
         handle = ns.get(opts.name) if opts.name is not None else None
-        try:
-            if isinstance(handle, Derivative):  # a handle's name: its own derivatives
-                report = self.engine.refresh(force=opts.all, which=handle.owns)
-            else:
-                report = self.engine.refresh(opts.name, force=opts.all)
+        try:  # (a handle's name: its own derivatives)
+            what = handle if isinstance(handle, Derivative) else opts.name
+            report = refresh_in(self.engine, what, opts.all)
         except EngineBusy as exc:
             print(exc)
             return
