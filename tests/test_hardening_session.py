@@ -292,10 +292,10 @@ def test_keyboard_interrupt_from_the_user_code_during_a_rebuild(ip: Any) -> None
 
 
 #: A fresh process with a real shell (as a kernel starts): one build, then SIGINTs sent
-#: 30 ms into cells that loop for up to 5 s; prints how many did not raise
+#: 20-60 ms into cells that loop for up to 5 s; prints how many did not raise
 #: KeyboardInterrupt in each kind of cell, and whether the shell answered right after.
 _INTERRUPTS = """
-import json, os, signal, sys, threading
+import json, os, random, signal, sys, threading, time
 # Ctrl-C as a kernel takes it: the suite's process may ignore or block SIGINT by now (a
 # pool or a tracker of multiprocessing's, started by an earlier test), and a child inherits
 # both; then every interrupt below would be "lost".
@@ -317,10 +317,9 @@ asked, sent = threading.Semaphore(0), threading.Semaphore(0)
 def sender():
     while True:
         asked.acquire()
-        time.sleep(0.03)
+        time.sleep(random.uniform(0.02, 0.06))
         os.kill(os.getpid(), signal.SIGINT)
         sent.release()
-import time
 threading.Thread(target=sender, daemon=True).start()
 def interrupted(cell):
     asked.release()
@@ -333,7 +332,7 @@ def interrupted(cell):
     return isinstance(result.error_in_exec, KeyboardInterrupt)
 lost = {}
 for cell in ("autograd.grad(work)(0.3)", "_d = grad(lambda x: work(x)); _d(0.3); _d(0.3)"):
-    lost[cell] = sum(not interrupted(cell) for _ in range(10))
+    lost[cell] = sum(not interrupted(cell) for _ in range(30))
 ip.run_cell("r = df(0.7)")
 ns = ip.user_ns
 right = bool(ns["r"] == ns["autograd"].grad(ns["f"])(0.7))
@@ -347,7 +346,8 @@ def test_ctrl_c_is_never_lost_in_a_garbage_collection() -> None:
     (Python functions) stayed in ``gc.callbacks``; a pending Ctrl-C was often handled inside
     one, and CPython drops what a gc callback raises ("Exception ignored"): about half of
     the interrupts were lost, in any cell, and the cell ran on. In builds too (handles'
-    finalizers, the engine's weak set). A fresh process, as a kernel is: in the suite's
+    finalizers, the engine's weak set; then, CI on 3.10, 1 in 100: the profile hook at a
+    generator's close, see the test below). A fresh process, as a kernel is: in the suite's
     own, other tests leave other libraries' callbacks (Dask's) and SIGINT handlers."""
     done = subprocess.run(
         [sys.executable, "-c", _INTERRUPTS],
@@ -361,6 +361,80 @@ def test_ctrl_c_is_never_lost_in_a_garbage_collection() -> None:
     assert report["lost"] == dict.fromkeys(report["lost"], 0), report
     assert report["right"]
     assert "Exception ignored" not in done.stderr, done.stderr[-3000:]
+
+
+#: A Ctrl-C that becomes pending inside C code which then drops a generator left half-way:
+#: with nothing of Python's in between, the next bytecode to run is the generator's close,
+#: from its finalizer (on 3.10 and 3.11 the recorder's profile hook, called for that close).
+_CTRL_C_AT_A_GENERATORS_CLOSE = """
+import _thread, signal
+from collections import deque
+from itertools import chain
+def f(x):
+    g = (i for i in range(3))
+    next(g)
+    held = [g]
+    del g
+    deque(chain(map(_thread.interrupt_main, [signal.SIGINT]), map(list.clear, [held])), maxlen=0)
+    return x ** 2
+df = grad(f)
+"""
+
+
+@pytest.fixture
+def ctrl_c_raises() -> Any:
+    """SIGINT raises KeyboardInterrupt here, as in a kernel running a cell (the suite's
+    process may ignore it by now: a pool of multiprocessing's, started by an earlier test)."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are set in the main thread only")
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.usefixtures("ctrl_c_raises")
+def test_a_ctrl_c_the_recorders_hook_takes_in_a_finalizer_is_not_lost(ip: Any) -> None:
+    """CI, 3.10: 1 Ctrl-C in 100 was lost in builds. The recorder's profile hook is called
+    for the close of a generator that a finalizer closes; a pending Ctrl-C was handled in
+    the hook, and CPython drops what a finalizer raises: the cell ran on. Plain autograd
+    (the first call) and every build must stop here."""
+    ip.run(_CTRL_C_AT_A_GENERATORS_CLOSE)
+    before = ipyrefresh.status()["interrupts_raised_again"]
+    for call in range(4):  # (the first runs plain autograd, the second builds, ...)
+        err = ip.run_error("r = df(3.0)")
+        assert isinstance(err, KeyboardInterrupt), (call, err)
+    if sys.version_info[:2] == (3, 11):  # (the one that calls the profile hook there)
+        assert ipyrefresh.status()["interrupts_raised_again"] > before
+    ip.run("def f(x):\n    return x ** 2")
+    ip.run("r = df(3.0)")
+    assert ip.ns["r"] == autograd.grad(ip.ns["f"])(3.0)
+
+
+@pytest.mark.usefixtures("ctrl_c_raises")
+def test_a_keyboard_interrupt_the_users_finalizer_raises_stays_dropped(ip: Any) -> None:
+    """What the user's own ``__del__`` raises CPython drops, with or without ipyrefresh: a
+    build does not turn it into an interrupt of the cell, and it still reaches the
+    ``sys.unraisablehook`` that was there."""
+    ip.run(
+        "class Boom:\n    def __del__(self):\n        raise KeyboardInterrupt\n"
+        "def f(x):\n    Boom()\n    return x ** 3\ndf = grad(f)"
+    )
+    dropped: list[Any] = []
+    before = sys.unraisablehook
+    sys.unraisablehook = dropped.append
+    try:
+        for _ in range(3):  # (plain autograd, a build, the compiled replay)
+            ip.run("r = df(2.0)")
+            assert ip.ns["r"] == autograd.grad(ip.ns["f"])(2.0)
+        assert sys.unraisablehook == dropped.append
+    finally:
+        sys.unraisablehook = before
+    kinds = [d.exc_type for d in dropped]
+    assert len(kinds) >= 2 and set(kinds) == {KeyboardInterrupt}, kinds
 
 
 # -- %reset, unload and reload ---------------------------------------------------------------

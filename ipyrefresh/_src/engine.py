@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from . import compilers
+from . import compilers, droppedinterrupts
 from .build import Outcome, check_differentiable, run_build
 from .cache import EntryCache
 from .changes import BINDING_KINDS, CellRef, Change, ChangeKind, ChangeLog, Detection
@@ -786,6 +786,7 @@ class Engine:
                 "busy_cells": self.stats["busy_cells"],
                 "busy_requests": self.stats["busy_requests"],
                 "interrupted_locks": self.stats["interrupted_locks"],
+                "interrupts_raised_again": droppedinterrupts.raised_again(),
                 "evictions": self.cache.evictions,
                 "internal_errors": self.stats["internal_errors"],
                 "entries": entries,

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 from autograd.tracer import Box
 
-from . import gcmarks
+from . import droppedinterrupts, gcmarks
 from .code import is_user_code, is_user_frame
 from .gcmarks import collecting
 
@@ -528,9 +528,12 @@ _local = threading.local()
 
 def unbracket_gc() -> None:
     """Take the garbage collection marks (:mod:`.gcmarks`) out of ``gc.callbacks`` (the
-    extension unloaded), unless a recording runs now; the next recording puts them back."""
+    extension unloaded), and the watch for dropped interrupts (:mod:`.droppedinterrupts`)
+    off ``sys.unraisablehook``, unless a recording runs now; the next recording puts them
+    back."""
     if not any(_recording_threads.values()):
         gcmarks.unbracket()
+        droppedinterrupts.unwatch()
 
 
 #: Recordings running now, per thread (they need the garbage collection marks).
@@ -643,6 +646,8 @@ def reset_if_idle() -> None:
     if getattr(_local, "stack", None):
         _local.stack = []
     _recording_threads.pop(threading.get_ident(), None)
+    if not any(_recording_threads.values()):
+        droppedinterrupts.unwatch()
     if sys.getprofile() is _profile:
         sys.setprofile(None)
     _Monitor.reset()
@@ -676,6 +681,7 @@ def record(enabled: bool = True) -> Iterator[CallLog]:
     _recording_threads[me] = _recording_threads.get(me, 0) + 1
     try:
         gcmarks.bracket()
+        droppedinterrupts.watch(_HOOKS)
         yield from _recorded(log, boundary)
     finally:
         left = _recording_threads.get(me, 1) - 1
@@ -683,6 +689,9 @@ def record(enabled: bool = True) -> Iterator[CallLog]:
             _recording_threads[me] = left
         else:
             _recording_threads.pop(me, None)
+            if not any(_recording_threads.values()):
+                droppedinterrupts.unwatch()
+        droppedinterrupts.settle()
 
 
 def _recorded(log: CallLog, boundary: FrameType) -> Iterator[CallLog]:
@@ -865,3 +874,14 @@ class _Monitor:
                 mon.register_callback(tool, mon.events.PY_START, None)
                 mon.register_callback(tool, mon.events.CALL, None)
                 mon.free_tool_id(tool)
+
+
+#: The code of the recorder's hooks: a KeyboardInterrupt with one of them on its traceback
+#: was taken by a hook (see :mod:`.droppedinterrupts`).
+_HOOKS = frozenset(
+    {
+        _profile.__code__,
+        _Monitor._start_callback(0).__code__,
+        _Monitor._call_callback(0).__code__,
+    }
+)
