@@ -437,6 +437,40 @@ def test_a_keyboard_interrupt_the_users_finalizer_raises_stays_dropped(ip: Any) 
     assert len(kinds) >= 2 and set(kinds) == {KeyboardInterrupt}, kinds
 
 
+def test_code_dying_runs_no_python_code_of_the_caches() -> None:
+    """A cache keyed by code objects or syntax nodes must not forget one in a Python weakref
+    callback (``WeakKeyDictionary``'s): it runs wherever the user's function dies, a
+    pending Ctrl-C may be handled there, and CPython drops it."""
+    import weakref
+
+    from ipyrefresh._src import callsite
+    from ipyrefresh._src import code as codefacts
+
+    source = "def k(x):\n    return getattr(x, 'a0')\n"
+    code = compile(source, "<dying>", "exec").co_consts[0]
+    assert codefacts.facts(code) is codefacts.facts(code)  # (cached)
+    assert callsite._instructions(code) is callsite._instructions(code)
+    alive = weakref.ref(code)
+    ran: list[str] = []
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            ran.append(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+
+    sys.setprofile(profile)
+    try:
+        del code
+    finally:
+        sys.setprofile(None)
+    assert alive() is None
+    assert not [r for r in ran if "profile" not in r], ran
+    # A new code object may take the dead one's id: it gets facts of its own.
+    for n in range(600):  # (and the dead are swept out as the cache grows)
+        other = compile(source.replace("a0", f"a{n}"), "<dying>", "exec").co_consts[0]
+        assert codefacts.facts(other).const_names == {f"a{n}"}
+    assert len(codefacts._cache._items) < 2 * 256 + 2
+
+
 # -- %reset, unload and reload ---------------------------------------------------------------
 def test_reset_forgets_everything_and_starts_over(ip: Any) -> None:
     import gc

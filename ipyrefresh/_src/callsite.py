@@ -27,12 +27,13 @@ import dis
 import linecache
 import re
 import sys
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from types import CodeType, EllipsisType, FrameType
 from typing import Any
+
+from .quietweak import QuietWeakCache
 
 
 @dataclass(frozen=True)
@@ -255,9 +256,7 @@ def _instructions(code: CodeType) -> list[dis.Instruction]:
     return found
 
 
-_DISASSEMBLED: weakref.WeakKeyDictionary[CodeType, list[dis.Instruction]] = (
-    weakref.WeakKeyDictionary()
-)
+_DISASSEMBLED: QuietWeakCache[CodeType, list[dis.Instruction]] = QuietWeakCache()
 
 
 #: ``_passed``: the call's form is not one read here (``f(*args)``, ``f(**{...})``).
@@ -547,8 +546,8 @@ def _bound_executing_cache(filename: str) -> None:
 #: What the syntax says, per node of a tree ``executing`` keeps: a handle made in a loop
 #: (``for x in xs: grad(f)(x)``) meets the same nodes at every turn. The entries go with
 #: the trees (see ``_bound_executing_cache``).
-_SITE: weakref.WeakKeyDictionary[ast.AST, CallSite] = weakref.WeakKeyDictionary()
-_SITES_IN: weakref.WeakKeyDictionary[ast.AST, tuple[CallSite, ...]] = weakref.WeakKeyDictionary()
+_SITE: QuietWeakCache[ast.AST, CallSite] = QuietWeakCache()
+_SITES_IN: QuietWeakCache[ast.AST, tuple[CallSite, ...]] = QuietWeakCache()
 
 
 def _sites_in(statement: ast.AST) -> tuple[CallSite, ...]:

@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import CodeType
 from typing import Any
-from weakref import WeakKeyDictionary
+
+from .quietweak import QuietWeakCache
 
 _LOAD_GLOBAL = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
 _LOAD_ATTR = frozenset({"LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR"})
@@ -120,7 +121,9 @@ class CodeFacts:
         return min(found) if found else ""
 
 
-_cache: WeakKeyDictionary[CodeType, CodeFacts] = WeakKeyDictionary()
+#: (Not a ``WeakKeyDictionary``: its Python callback, run where a function dies, is where a
+#: Ctrl-C may be handled and dropped; see :mod:`.quietweak`.)
+_cache: QuietWeakCache[CodeType, CodeFacts] = QuietWeakCache()
 
 
 def facts(code: CodeType) -> CodeFacts:

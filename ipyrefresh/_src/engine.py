@@ -45,7 +45,7 @@ from .entry import Entry, State
 from .guard import Guard
 from .keys import EntryKey, Signature, TargetKey, is_jax_array_type
 from .nodes import Mismatch
-from .quietweakset import QuietWeakSet
+from .quietweak import QuietWeakSet
 from .readers import ArgReader
 from .targets import FixedTarget, Target, TargetGone, same_callable
 from .watch import Watch
