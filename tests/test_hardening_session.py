@@ -409,6 +409,7 @@ def test_a_ctrl_c_the_recorders_hook_takes_in_a_finalizer_is_not_lost(ip: Any) -
         assert isinstance(err, KeyboardInterrupt), (call, err)
     if sys.version_info[:2] == (3, 11):  # (the one that calls the profile hook there)
         assert ipyrefresh.status()["interrupts_raised_again"] > before
+    ip.run("import time\ntime.sleep(0.05)")  # (and nothing arrives late, in a later cell)
     ip.run("def f(x):\n    return x ** 2")
     ip.run("r = df(3.0)")
     assert ip.ns["r"] == autograd.grad(ip.ns["f"])(3.0)
@@ -435,6 +436,77 @@ def test_a_keyboard_interrupt_the_users_finalizer_raises_stays_dropped(ip: Any) 
         sys.unraisablehook = before
     kinds = [d.exc_type for d in dropped]
     assert len(kinds) >= 2 and set(kinds) == {KeyboardInterrupt}, kinds
+
+
+@pytest.mark.usefixtures("ctrl_c_raises")
+def test_a_ctrl_c_sent_again_reaches_the_users_own_handler(ip: Any) -> None:
+    """Hunt 67: sent again from a thread a moment later, the Ctrl-C landed after the user's
+    ``try`` (which plain autograd, and the first call, let catch it), at every build: the
+    handle never answered. Made pending again at the drop, it is raised where the code
+    resumes after the finalizer, inside the ``try``."""
+    ip.run(
+        _CTRL_C_AT_A_GENERATORS_CLOSE.replace("def f(x):", "def inner(x):").replace(
+            "df = grad(f)\n", ""
+        )
+        + "stopped = []\n"
+        "def f(x):\n"
+        "    try:\n"
+        "        inner(x)\n"
+        "        s = 0.0\n"
+        "        for i in range(2000):\n"
+        "            s += i\n"
+        "    except KeyboardInterrupt:\n"
+        "        stopped.append(1)\n"
+        "    return x ** 3\n"
+        "df = grad(f)"
+    )
+    for call in range(4):  # (plain autograd, a build, then whatever the build chose)
+        ip.run("stopped.clear()\nr = df(2.0)")  # (no KeyboardInterrupt out of the cell)
+        if call < 2:
+            assert ip.ns["stopped"], f"call {call}: the user's handler never saw the Ctrl-C"
+        assert ip.ns["r"] == autograd.grad(ip.ns["f"])(2.0)
+
+
+@pytest.mark.parametrize("when", ["during", "saved"])
+def test_the_users_unraisablehook_chain_survives_builds(ip: Any, when: str) -> None:
+    """Hunt 67: code run by a build that reads ``sys.unraisablehook`` gets ipyrefresh's.
+    A hook installed then that calls it ("during") left the user's first hook uncalled for
+    good, and the next build recursed until RecursionError; one saved then and put back
+    after the build ("saved") did the same. Every hook must be called once per dropped
+    exception, as without ipyrefresh, in builds and out of them."""
+    setup = {
+        "during": (
+            "        prev = sys.unraisablehook\n"
+            "        def U(u):\n"
+            "            seen.append('U')\n"
+            "            prev(u)\n"
+            "        sys.unraisablehook = U\n"
+        ),
+        "saved": "        saved.append(sys.unraisablehook)\n",
+    }[when]
+    before = sys.unraisablehook
+    try:
+        ip.run(
+            "import sys\nseen, saved, calls = [], [], [0]\n"
+            "def H(u):\n    seen.append('H')\n"
+            "sys.unraisablehook = H\n"
+            "class Boom:\n    def __del__(self):\n        raise ValueError('dropped')\n"
+            "def f(x):\n    calls[0] += 1\n    if calls[0] == 1:  # (the build: see conftest)\n"
+            + setup
+            + "    return x ** 2\n"
+            "df = grad(f)\ndf(0.3); df(0.3); df(0.3)\n"
+            "if saved:\n    sys.unraisablehook = saved[0]\n"
+            "def g(x):\n    Boom()\n    return x ** 3\n"
+            "dg = grad(g)"
+        )
+        want = ["U", "H"] if when == "during" else ["H"]
+        for cell in ("Boom(); pass", "r = dg(2.0)", "r = dg(2.0)", "r = dg(2.0)"):
+            ip.run("seen.clear()")
+            ip.run(cell)
+            assert ip.ns["seen"] == want, (cell, ip.ns["seen"])
+        assert ip.ns["r"] == autograd.grad(ip.ns["g"])(2.0)
+    finally:
+        sys.unraisablehook = before
 
 
 def test_code_dying_runs_no_python_code_of_the_caches() -> None:

@@ -1,4 +1,4 @@
-"""A Ctrl-C that the recorder's hook took and CPython then dropped: raised again.
+"""A Ctrl-C that the recorder's hook took and CPython then dropped: made pending again.
 
 A pending signal is handled where bytecode runs next. While a build records, the recorder's
 hook (Python code) runs at places where the user's code runs none: on 3.10 and 3.11 the
@@ -8,15 +8,18 @@ is one that CPython drops ("Exception ignored in ..."), as it drops whatever a f
 weakref callback or a gc callback raises, through ``sys.unraisablehook``: the cell ran on
 (CI, 3.10: one Ctrl-C in a hundred, in builds).
 
-While a recording runs, :func:`watch` puts a hook there that sends such a KeyboardInterrupt
-again, when one of the recorder's hooks is on its traceback, as a second Ctrl-C a moment
-later would: a new thread calls ``_thread.interrupt_main``. (Called from the hook itself,
-the interrupt would be handled at once, inside the hook, and dropped again.) It arrives when
-that thread next gets the interpreter, and at the latest when the recording ends:
-:func:`settle` waits for it there, in the build's own code, so a short build cannot end its
-cell first and leave the interrupt to land in whatever runs next. A KeyboardInterrupt that
-the user's own finalizer raises stays dropped, as it is without ipyrefresh. Everything else
-goes to the hook that was there before.
+While a recording runs, :func:`watch` puts a hook there that makes such a Ctrl-C (one of the
+recorder's hooks on its traceback) pending again, with no check for signals after it in the
+hook: the next check is where the interpreter resumes after the finalizer, in the code that
+was running (the user's, often in the very statement where the Ctrl-C landed), so the user's
+own ``except KeyboardInterrupt`` sees it as it would without ipyrefresh. What the user's own
+finalizers raise stays dropped, as it is without ipyrefresh. Everything else goes to the
+hook that was there before.
+
+The hooks this one replaced are kept, newest last: code run during a build may read
+``sys.unraisablehook`` (ours) and install its own hook that calls it, and a library may save
+and restore ours after the build. Called again from such a chain, this hook passes on to the
+one it replaced before that, so every hook is called once and none twice.
 """
 
 from __future__ import annotations
@@ -24,75 +27,66 @@ from __future__ import annotations
 import _thread
 import sys
 import threading
+from collections import defaultdict
 from collections.abc import Callable
 from types import CodeType
 from typing import Any
 
 
 class _Watch:
-    """What :func:`watch` replaced, and what it looks for."""
+    """The hooks :func:`watch` replaced (oldest first), and what it looks for."""
 
-    previous: Callable[[Any], Any] | None = None
+    replaced: list[Callable[[Any], Any]] = []
     hooks: frozenset[CodeType] = frozenset()
-    raised_again = 0
-    #: Held until the interrupt being sent again is sent.
-    sending: _thread.LockType | None = None
+    sent_again = 0
+
+
+_passing = threading.local()  # (how deep in a chain of hooks that calls this one again)
+
+#: Reading a missing key calls ``_thread.interrupt_main`` from C, which makes SIGINT
+#: pending. A subscript and a return make no check for signals; a call would, and would
+#: handle the signal at once, inside this hook, where CPython drops it again.
+_SEND_AGAIN: defaultdict[object, None] = defaultdict(_thread.interrupt_main)
 
 
 def watch(hooks: frozenset[CodeType]) -> None:
-    """Raise again the KeyboardInterrupts that CPython drops with one of ``hooks`` (the code
-    of the recorder's hooks) on their traceback, until :func:`unwatch`."""
+    """Until :func:`unwatch`, make pending again each Ctrl-C that CPython drops with one of
+    ``hooks`` (the code of the recorder's hooks) on its traceback."""
     current = sys.unraisablehook  # (read once: two threads may come here at once)
     _Watch.hooks = hooks
-    if current is not _hook:
-        _Watch.previous = current
-        sys.unraisablehook = _hook
+    if current is _hook:
+        return
+    if not _Watch.replaced or _Watch.replaced[-1] is not current:
+        _Watch.replaced.append(current)
+    sys.unraisablehook = _hook
 
 
 def unwatch() -> None:
-    """Put back the hook :func:`watch` replaced (unless another has replaced ours since)."""
-    if sys.unraisablehook is _hook:
-        sys.unraisablehook = _Watch.previous or sys.__unraisablehook__
-    _Watch.previous = None
+    """Put back the hook :func:`watch` replaced, unless another has replaced ours since (it
+    may call ours, which then passes on, as before)."""
+    if sys.unraisablehook is _hook and _Watch.replaced:
+        sys.unraisablehook = _Watch.replaced[-1]
 
 
-def settle() -> None:
-    """In the main thread: wait until the interrupt being sent again (if any) is sent; it is
-    raised here, at the latest."""
-    sent = _Watch.sending
-    if sent is None or threading.current_thread() is not threading.main_thread():
-        return
-    _Watch.sending = None
-    if sent.acquire(timeout=1.0):
-        sent.release()
-
-
-def raised_again() -> int:
-    """How many dropped KeyboardInterrupts were raised again."""
-    return _Watch.raised_again
+def sent_again() -> int:
+    """How many dropped Ctrl-Cs were made pending again."""
+    return _Watch.sent_again
 
 
 def _hook(unraisable: Any) -> None:
-    if _taken_by_a_hook(unraisable):
-        sent = _thread.allocate_lock()
-        sent.acquire()
-        try:
-            _thread.start_new_thread(_send, (sent,))
-        except RuntimeError:  # (no new threads: the interpreter is shutting down)
-            pass
-        else:
-            _Watch.sending = sent
-            _Watch.raised_again += 1
-            return
-    (_Watch.previous or sys.__unraisablehook__)(unraisable)
-
-
-def _send(sent: _thread.LockType) -> None:
-    """(In a thread of its own, where no signal is handled.)"""
+    depth: int = getattr(_passing, "depth", 0)
+    if depth == 0 and _taken_by_a_hook(unraisable):
+        _Watch.sent_again += 1
+        _SEND_AGAIN.clear()
+        key = object()
+        return _SEND_AGAIN[key]  # (the last thing this hook does; see _SEND_AGAIN)
+    replaced = _Watch.replaced
+    later = replaced[-1 - depth] if depth < len(replaced) else sys.__unraisablehook__
+    _passing.depth = depth + 1
     try:
-        _thread.interrupt_main()
+        later(unraisable)
     finally:
-        sent.release()
+        _passing.depth = depth
 
 
 def _taken_by_a_hook(unraisable: Any) -> bool:

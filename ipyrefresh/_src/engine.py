@@ -786,7 +786,7 @@ class Engine:
                 "busy_cells": self.stats["busy_cells"],
                 "busy_requests": self.stats["busy_requests"],
                 "interrupted_locks": self.stats["interrupted_locks"],
-                "interrupts_raised_again": droppedinterrupts.raised_again(),
+                "interrupts_raised_again": droppedinterrupts.sent_again(),
                 "evictions": self.cache.evictions,
                 "internal_errors": self.stats["internal_errors"],
                 "entries": entries,

@@ -691,7 +691,6 @@ def record(enabled: bool = True) -> Iterator[CallLog]:
             _recording_threads.pop(me, None)
             if not any(_recording_threads.values()):
                 droppedinterrupts.unwatch()
-        droppedinterrupts.settle()
 
 
 def _recorded(log: CallLog, boundary: FrameType) -> Iterator[CallLog]:
