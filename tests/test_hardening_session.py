@@ -509,6 +509,30 @@ def test_the_users_unraisablehook_chain_survives_builds(ip: Any, when: str) -> N
         sys.unraisablehook = before
 
 
+def test_hooks_made_anew_for_each_build_do_not_pile_up(ip: Any) -> None:
+    """A new ``sys.unraisablehook`` before each build (as pytest sets one per test): the
+    ones ipyrefresh replaced and keeps stay few, and each is called as it was."""
+    from ipyrefresh._src import droppedinterrupts
+
+    before = sys.unraisablehook
+    try:
+        ip.run(
+            "import sys\nseen = []\n"
+            "class Boom:\n    def __del__(self):\n        raise ValueError('dropped')"
+        )
+        for n in range(30):  # (a new f each time: a build, which drops a ValueError)
+            ip.run(
+                f"seen.clear()\nsys.unraisablehook = lambda u: seen.append({n})\n"
+                f"def f(x):\n    Boom()\n    return x ** 2 + {n}\n"
+                "r = grad(f)(1.5)"
+            )
+            assert ip.ns["r"] == 3.0
+            assert ip.ns["seen"] and set(ip.ns["seen"]) == {n}, (n, ip.ns["seen"])
+        assert len(droppedinterrupts._Watch.replaced) <= droppedinterrupts._KEEP
+    finally:
+        sys.unraisablehook = before
+
+
 def test_code_dying_runs_no_python_code_of_the_caches() -> None:
     """A cache keyed by code objects or syntax nodes must not forget one in a Python weakref
     callback (``WeakKeyDictionary``'s): it runs wherever the user's function dies, a

@@ -41,6 +41,10 @@ class _Watch:
     sent_again = 0
 
 
+#: How many replaced hooks are kept: a chain of hooks that calls ours again this many times
+#: deep ends at Python's own.
+_KEEP = 8
+
 _passing = threading.local()  # (how deep in a chain of hooks that calls this one again)
 
 #: Reading a missing key calls ``_thread.interrupt_main`` from C, which makes SIGINT
@@ -56,8 +60,10 @@ def watch(hooks: frozenset[CodeType]) -> None:
     _Watch.hooks = hooks
     if current is _hook:
         return
-    if not _Watch.replaced or _Watch.replaced[-1] is not current:
-        _Watch.replaced.append(current)
+    replaced = _Watch.replaced
+    if not replaced or replaced[-1] is not current:
+        replaced.append(current)
+        del replaced[:-_KEEP]  # (a hook made per test, per task, would pile up)
     sys.unraisablehook = _hook
 
 
