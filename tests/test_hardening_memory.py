@@ -315,6 +315,37 @@ def test_cells_that_make_handles_do_not_keep_their_parsed_source(ip: Any) -> Non
     assert 0 < kept <= 3 * callsite._CELLS_KEPT, f"call sites of {kept} nodes kept"
 
 
+def test_a_cell_run_again_unchanged_does_not_pile_up_its_code(ip: Any) -> None:
+    """Hunt 67 (noted): IPython and ipykernel name a cell by its source, so a cell run again
+    unchanged keeps its file name, and the bound above (by name) never came. ``executing``
+    keys its cache by code object: each run of the cell that made a handle kept that run's
+    code, and every code object and constant in it, for the rest of the session."""
+    import gc
+    import weakref
+
+    from executing import Source
+
+    source = (
+        "def f(x):\n    return x ** 3\n"
+        "hs = [grad(lambda x, j=j: f(x) * j) for j in range(3)]\n"
+        "r = [h(2.0) for h in hs]\n"
+    )
+    runs: list[weakref.ref[Any]] = []
+    for _ in range(40):
+        result = ip.shell.run_cell(source, store_history=False)
+        assert result.error_in_exec is None and ip.ns["r"] == [0.0, 12.0, 24.0]
+        runs.append(weakref.ref(ip.ns["f"].__code__))
+    name = ip.ns["f"].__code__.co_filename
+    assert all(r() is not None and r().co_filename == name for r in runs[-1:])
+    ip.run("pass")
+    gc.collect()
+    calls = Source.__dict__.get("__executing_cache", {})
+    kept = [k for k in calls if k[0].co_filename == name]
+    assert len(kept) <= 2, f"{len(kept)} runs of one cell kept by executing's cache"
+    alive = sum(r() is not None for r in runs)
+    assert alive <= 3, f"the code of {alive} of 40 runs of one cell is alive"
+
+
 def test_per_cell_work_does_not_grow_with_the_number_of_derivatives(ip: Any) -> None:
     """After a cell only the entries a rebound name touched are checked (see ``watch``):
     a cell that rebinds nothing they read costs the same with 300 derivatives as with 3."""

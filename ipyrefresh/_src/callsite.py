@@ -186,7 +186,7 @@ def _executing_site(frame: FrameType, means: Callable[[tuple[str, ...]], bool]) 
     except Exception:
         return None
     finally:
-        _bound_executing_cache(frame.f_code.co_filename)
+        _bound_executing_cache(frame.f_code.co_filename, frame.f_code)
     if node is None:
         return _unique_site(statements or (), means)
     if not isinstance(node, ast.Call) or not _agrees(frame, node):
@@ -507,24 +507,31 @@ _JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
 # -- executing's trees ------------------------------------------------------------------
 
 #: Cells whose source ``executing`` keeps parsed because a handle was made in them, the
-#: most recent last. ``executing`` keeps every file it parsed, and every cell is a file
-#: of its own: a notebook that makes handles in thousands of cells would keep every cell's
-#: parsed source, tree and code objects (about 40 KB a short cell).
-_CELLS_PARSED: dict[str, None] = {}
+#: most recent last, each with the ``id`` of the code that last made one there.
+#: ``executing`` keeps every file it parsed, and every cell is a file of its own: a
+#: notebook that makes handles in thousands of cells would keep every cell's parsed source,
+#: tree and code objects (about 40 KB a short cell).
+_CELLS_PARSED: dict[str, int] = {}
 _CELLS_KEPT = 64
 
 
-def _bound_executing_cache(filename: str) -> None:
+def _bound_executing_cache(filename: str, code: CodeType) -> None:
     """Forget ``executing``'s copies of the cells beyond the last ``_CELLS_KEPT`` a
-    handle was made in (cells only: a module's file is parsed once and stays useful)."""
+    handle was made in (cells only: a module's file is parsed once and stays useful), and
+    its entries for the earlier runs of a cell run again: IPython and ipykernel name a cell
+    by its source, so the name stays, but each run compiles new code, and ``executing``
+    keys its entries by code object (one more per run, each keeping that run's code)."""
     if not filename.startswith("<") and "ipykernel_" not in filename:
         return
-    _CELLS_PARSED.pop(filename, None)
-    _CELLS_PARSED[filename] = None
+    before = _CELLS_PARSED.pop(filename, None)
+    _CELLS_PARSED[filename] = id(code)
+    if before is not None and before != id(code):
+        _forget_executing(filename, keep=code)
     if len(_CELLS_PARSED) <= _CELLS_KEPT:
         return
     old = next(iter(_CELLS_PARSED))
     del _CELLS_PARSED[old]
+    _forget_executing(old, keep=None)
     try:
         from executing import Source
         from executing.executing import statement_containing_node
@@ -532,13 +539,22 @@ def _bound_executing_cache(filename: str) -> None:
         sources = Source.__dict__.get("__source_cache_with_lines", {})
         for key in [k for k in sources if k[0] == old]:
             del sources[key]
-        calls = Source.__dict__.get("__executing_cache", {})
-        for key in [k for k in calls if k[0].co_filename == old]:
-            del calls[key]
         # (two unbounded lru_caches: on a method, which keeps every Source with its tree,
         # and on a function of tree nodes, which keeps the nodes, and so their trees)
         Source.statements_at_line.cache_clear()
         statement_containing_node.cache_clear()
+    except Exception:  # (another executing version: its caches stay as they are)
+        pass
+
+
+def _forget_executing(filename: str, keep: CodeType | None) -> None:
+    """Drop ``executing``'s entries for the code of ``filename`` but ``keep``."""
+    try:
+        from executing import Source
+
+        calls = Source.__dict__.get("__executing_cache", {})
+        for key in [k for k in calls if k[0].co_filename == filename and k[0] is not keep]:
+            del calls[key]
     except Exception:  # (another executing version: its caches stay as they are)
         pass
 
