@@ -1,9 +1,10 @@
-"""A set and a cache that hold their members weakly, with no weakref callback.
+"""A set and a cache that hold their members weakly, with no Python weakref callback.
 
 ``weakref.WeakSet`` and ``weakref.WeakKeyDictionary`` forget a dead member in a Python
 callback, run wherever the member dies: that is where a pending Ctrl-C may be handled, and
-CPython drops what a weakref callback raises (hunt 61). These forget the dead when they are
-read (the set) or when they have doubled since they last did (the cache).
+CPython drops what a weakref callback raises (hunt 61). The set forgets the dead when it is
+read; the cache queues them with a callback written in C and forgets them at its next read
+or write.
 """
 
 from __future__ import annotations
@@ -55,31 +56,48 @@ class QuietWeakSet(MutableSet[_T]):
             self.add(value)
 
 
+class _KeyRef(weakref.ref):  # type: ignore[type-arg]
+    """A weak reference that knows the key (``id``) its referent was stored under."""
+
+    __slots__ = ("key",)
+    key: int
+
+
 class QuietWeakCache(Generic[_K, _V]):
-    """A cache keyed by the identity of objects it holds weakly, with no callback: a dead
-    key's value stays until the cache has doubled in size since it last swept the dead out
-    (so it holds at most about twice what its live keys need)."""
+    """A cache keyed by the identity of objects it holds weakly. A key's death runs no
+    Python code: its weakref's callback is a list's ``append`` (C), which queues it, and the
+    cache forgets the queued ones at its next read or write."""
 
     def __init__(self) -> None:
         self._items: dict[int, tuple[weakref.ref[_K], _V]] = {}
-        self._sweep_at = _FIRST_SWEEP
+        self._dead: list[_KeyRef] = []
 
     def get(self, key: _K) -> _V | None:
+        if self._dead:
+            self._forget_dead()
         item = self._items.get(id(key))
         if item is not None and item[0]() is key:
             return item[1]
         return None
 
     def __setitem__(self, key: _K, value: _V) -> None:
-        self._items[id(key)] = (weakref.ref(key), value)
-        if len(self._items) > self._sweep_at:
-            live = {k: item for k, item in list(self._items.items()) if item[0]() is not None}
-            self._items = live
-            self._sweep_at = max(_FIRST_SWEEP, 2 * len(live))
+        if self._dead:
+            self._forget_dead()
+        ref = _KeyRef(key, self._dead.append)
+        ref.key = id(key)
+        self._items[ref.key] = (ref, value)
 
     def __len__(self) -> int:
         """How many live keys it holds."""
         return sum(1 for ref, _ in list(self._items.values()) if ref() is not None)
 
-
-_FIRST_SWEEP = 256
+    def _forget_dead(self) -> None:
+        dead, items = self._dead, self._items
+        while dead:
+            try:
+                ref = dead.pop()
+            except IndexError:  # (another thread took the last one)
+                return
+            item = items.get(ref.key)
+            if item is not None and item[0] is ref:
+                items.pop(ref.key, None)
