@@ -363,6 +363,108 @@ def test_ctrl_c_is_never_lost_in_a_garbage_collection() -> None:
     assert "Exception ignored" not in done.stderr, done.stderr[-3000:]
 
 
+#: A Ctrl-C made pending as ``contextlib``'s ``__enter__`` gets back from one of ipyrefresh's
+#: generators, at its ``yield``: CPython handles it right there, in ``__enter__``, so the
+#: ``with`` block never begins and its ``__exit__`` never runs. Each of ipyrefresh's ``with``
+#: entries in turn, in a cell that builds a derivative and calls it (a profile function finds
+#: them: a C call's return, the same path as a real signal's).
+_CTRL_C_AT_A_WITHS_ENTRY = """
+import _thread, contextlib, gc, json, signal, sys
+from collections import defaultdict
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from IPython.core.interactiveshell import InteractiveShell
+ip = InteractiveShell.instance()
+ip.run_line_magic("load_ext", "ipyrefresh")
+ip.run_cell(
+    "import autograd, autograd.numpy as np\\nfrom ipyrefresh import grad\\n"
+    "def f(x):\\n    return np.sin(x) * x\\ndf = grad(f)\\ndf(0.3); df(0.3)"
+)
+if sys.argv[2] == "jax":
+    ip.run_cell(
+        "import jax, jax.numpy as jnp\\nimport ipyrefresh.jax\\n"
+        "def jf(x):\\n    return jnp.sin(x) * x"
+    )
+from ipyrefresh._src import engine, recorder
+from ipyrefresh._src.compilers.tape import patches
+SEND = defaultdict(_thread.interrupt_main)  # (a missing key: pending, and no check after)
+ENTER = contextlib._GeneratorContextManager.__enter__.__code__
+at = {"n": -1, "seen": []}
+def profile(frame, event, arg):
+    if event == "c_return" and arg is next and frame.f_code is ENTER:
+        code = frame.f_locals["self"].gen.gi_code
+        if "ipyrefresh" in code.co_filename:
+            at["seen"].append(code.co_name)
+            if len(at["seen"]) == at["n"]:
+                return SEND[object()]
+def cell(n):
+    at["n"], at["seen"] = n, []
+    sys.setprofile(profile)
+    try:
+        return ip.run_cell(sys.argv[1])
+    finally:
+        sys.setprofile(None)
+cell(-1)
+entries = list(at["seen"])
+report = {"entries": entries, "not_raised": [], "left": []}
+for n, name in enumerate(entries, 1):
+    result = cell(n)
+    if not isinstance(result.error_in_exec, KeyboardInterrupt):
+        report["not_raised"].append(name)
+    ip.run_cell("pass")
+    gc.collect()
+    lock = engine.current().lock
+    free = lock.acquire(blocking=False)
+    if free:
+        lock.release()
+    if patches._State.recording or not free or recorder._active() or (
+        sys.version_info >= (3, 12) and recorder._Monitor.depth
+    ):
+        report["left"].append(name)
+ip.run_cell(sys.argv[1].replace("0.3", "0.7") + "; r = _d(0.7); r2 = df(0.7)")
+ns = ip.user_ns
+report["right"] = bool(
+    float(ns["r"]) == float(sys.argv[2] == "jax" and ns["jax"].grad(ns["jf"])(0.7)
+    or ns["autograd"].grad(ns["f"])(0.7)) and ns["r2"] == ns["autograd"].grad(ns["f"])(0.7)
+)
+print(json.dumps(report))
+"""
+
+
+_CELLS_THAT_BUILD = {
+    "autograd": "_d = grad(lambda x: f(x) + 1.0); _d(0.3); _d(0.3); _d(0.3)",
+    "jax": "_d = ipyrefresh.jax.grad(lambda x: jf(x) + 1.0); _d(0.3); _d(0.3); _d(0.3)",
+}
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to the own process")
+@pytest.mark.parametrize("backend", sorted(_CELLS_THAT_BUILD))
+def test_a_ctrl_c_at_a_withs_entry_leaves_nothing_behind(backend: str) -> None:
+    """CI on 3.12 and 3.13 (a segfault): a Ctrl-C handled in ``contextlib``'s ``__enter__``
+    left ipyrefresh's generator suspended at its ``yield``. Its cleanup ran from its
+    finalizer, whenever the traceback died: the tape's spy stayed on until then, the engine's
+    lock was released later under another holder ("cannot release un-acquired lock"), a
+    later Ctrl-C taken there was dropped, and the spy's frame walk inside a garbage
+    collection crashed CPython. Each entry leaves nothing behind and drops nothing; the
+    build's own raise to the cell."""
+    argv = [_CELLS_THAT_BUILD[backend], backend]
+    done = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", _CTRL_C_AT_A_WITHS_ENTRY, *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    entries = report["entries"]
+    assert "record" in entries and "lock_for_hook" in entries, report  # (not vacuous)
+    assert report["left"] == [], report
+    # The build's entries raise in the cell; the shell's hooks' are IPython's to report.
+    assert not set(report["not_raised"]) - {"lock_for_hook"}, report
+    assert report["right"], report
+    assert "Exception ignored" not in done.stderr, done.stderr[-3000:]
+
+
 #: A Ctrl-C that becomes pending inside C code which then drops a generator left half-way:
 #: with nothing of Python's in between, the next bytecode to run is the generator's close,
 #: from its finalizer (on 3.10 and 3.11 the recorder's profile hook, called for that close).

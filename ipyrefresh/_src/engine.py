@@ -21,7 +21,6 @@ variants held.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import random
 import sys
@@ -35,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from . import compilers, droppedinterrupts
+from . import compilers, droppedinterrupts, interruptsafe
 from .build import Outcome, check_differentiable, run_build
 from .cache import EntryCache
 from .changes import BINDING_KINDS, CellRef, Change, ChangeKind, ChangeLog, Detection
@@ -525,7 +524,7 @@ class Engine:
             self._purge_dead()
             return self._check(self.cache, deep, detection)
 
-    @contextlib.contextmanager
+    @interruptsafe.contextmanager
     def lock_for_request(self) -> Iterator[None]:
         """The lock, for what the user asks now (``status()``, ``refresh()``, the magics,
         the status bar's requests): past :data:`BUSY_WAIT` another thread's build still
@@ -539,7 +538,7 @@ class Engine:
         finally:
             self.lock.release()
 
-    @contextlib.contextmanager
+    @interruptsafe.contextmanager
     def lock_for_hook(self) -> Iterator[bool]:
         """The lock, for a hook of the shell's between cells: True if it is held. Another
         thread may hold it for as long as its build runs the user's code, which may wait
@@ -842,7 +841,7 @@ def argument_keys(guard: Guard) -> Iterator[int | str]:
             yield reader.key
 
 
-@contextlib.contextmanager
+@interruptsafe.contextmanager
 def _global_random_kept() -> Iterator[None]:
     """numpy's and Python's global generators end as they started."""
     np_state = np.random.get_state()
@@ -955,7 +954,7 @@ def current() -> Engine:
     return _current[-1]
 
 
-@contextlib.contextmanager
+@interruptsafe.contextmanager
 def using(engine: Engine) -> Iterator[Engine]:
     """Make ``engine`` the current one inside the block (tests use a fresh engine)."""
     _current.append(engine)

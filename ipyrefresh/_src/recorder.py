@@ -34,7 +34,6 @@ import time
 import tokenize
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import BuiltinFunctionType, CodeType, FrameType, MethodDescriptorType, ModuleType
 from typing import Any
@@ -45,6 +44,7 @@ from autograd.tracer import Box
 from . import droppedinterrupts, gcmarks
 from .code import is_user_code, is_user_frame
 from .gcmarks import collecting
+from .interruptsafe import contextmanager
 
 _MAX_WALK = 64
 _TOOL_NAME = "ipyrefresh"

@@ -27,13 +27,13 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from types import CodeType, FunctionType, MethodType
 from typing import Any
 
 from jax._src import monitoring as _monitoring
 
 from ..gcmarks import collecting
+from ..interruptsafe import contextmanager
 from ..recorder import CallLog, record
 
 Context = Callable[[], Any]

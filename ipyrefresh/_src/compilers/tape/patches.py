@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import autograd.numpy as anp
@@ -117,25 +115,34 @@ class _State:
 _SPY = _NotraceSpy()
 
 
-@contextmanager
-def spying() -> Iterator[None]:
-    """``notrace_primitives[TapeNode]`` is our spy while this tape records (see the module
-    docstring; nested and other threads' recordings count). A recording a Ctrl-C cut
-    short before its ``finally`` is forgotten once its frame has left its thread's stack,
-    as the recorder forgets its own."""
-    token = object()
-    opened = (threading.get_ident(), id(sys._getframe(2)))  # (2: past contextlib's frame)
-    with _State.spy_lock:
-        _State.recording[id(token)] = opened
-        notrace_primitives[TapeNode] = _SPY
-    try:
-        yield
-    finally:
+class _Spying:
+    """``notrace_primitives[TapeNode]`` is our spy inside the ``with`` block. A class, not
+    a generator: a generator cut short at the block's entry runs its cleanup from its
+    finalizer, and this one walks the thread's frames, which crashed CPython inside a
+    garbage collection (CI on 3.12 and 3.13)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        opened = (threading.get_ident(), id(sys._getframe(1)))  # (the ``with``'s frame)
         with _State.spy_lock:
-            _State.recording.pop(id(token), None)
+            _State.recording[id(self)] = opened
+            notrace_primitives[TapeNode] = _SPY
+
+    def __exit__(self, *exc: object) -> None:
+        with _State.spy_lock:
+            _State.recording.pop(id(self), None)
             _forget_cut_short()
             if not _State.recording:
                 notrace_primitives.pop(TapeNode, None)
+
+
+def spying() -> _Spying:
+    """``notrace_primitives[TapeNode]`` is our spy while this tape records (see the module
+    docstring; nested and other threads' recordings count). A recording a Ctrl-C cut
+    short before its ``__exit__`` is forgotten once its frame has left its thread's stack,
+    as the recorder forgets its own."""
+    return _Spying()
 
 
 def _forget_cut_short() -> None:
