@@ -531,13 +531,18 @@ def unbracket_gc() -> None:
     extension unloaded), and the watch for dropped interrupts (:mod:`.droppedinterrupts`)
     off ``sys.unraisablehook``, unless a recording runs now; the next recording puts them
     back."""
-    if not any(_recording_threads.values()):
+    if _idle():
         gcmarks.unbracket()
         droppedinterrupts.unwatch()
 
 
 #: Recordings running now, per thread (they need the garbage collection marks).
 _recording_threads: dict[int, int] = {}
+
+
+def _idle() -> bool:
+    """No thread records now."""
+    return not any(_recording_threads.values())
 
 
 def _active() -> list[tuple[CallLog, FrameType | None]]:
@@ -646,7 +651,7 @@ def reset_if_idle() -> None:
     if getattr(_local, "stack", None):
         _local.stack = []
     _recording_threads.pop(threading.get_ident(), None)
-    if not any(_recording_threads.values()):
+    if _idle():
         droppedinterrupts.unwatch()
     if sys.getprofile() is _profile:
         sys.setprofile(None)
@@ -689,7 +694,7 @@ def record(enabled: bool = True) -> Iterator[CallLog]:
             _recording_threads[me] = left
         else:
             _recording_threads.pop(me, None)
-            if not any(_recording_threads.values()):
+            if _idle():
                 droppedinterrupts.unwatch()
 
 
