@@ -16,6 +16,7 @@ import pytest
 import ipyrefresh
 from ipyrefresh._src import code
 from ipyrefresh._src.engine import current
+from ipyrefresh._src.quietweak import QuietWeakSet
 
 pytestmark = [pytest.mark.slow, pytest.mark.memory]
 
@@ -489,3 +490,38 @@ def test_a_gone_name_that_no_handle_follows_leaves_the_reports(ip: Any) -> None:
     assert [name for name, _ in failed] == ["grad(kept)"], failed  # (dk may call it again)
     ip.run("def kept(x):\n    return np.sum(x ** 2)")
     assert list(ip.run("dk(x)")) == list(autograd.grad(ip.ns["kept"])(ip.ns["x"]))
+
+
+def test_the_quiet_weak_set_forgets_its_dead_members_running_no_python_code() -> None:
+    """The engine's set of changed entries, on the weak cache: a member's death queues it
+    from C (no Python callback, where a Ctrl-C could be taken and dropped), and the next
+    use forgets it, even when its ``id`` has gone to a new object."""
+
+    class Member:
+        pass
+
+    members = [Member() for _ in range(50)]
+    quiet: QuietWeakSet[Member] = QuietWeakSet()
+    quiet.update(members)
+    calls: list[str] = []
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            calls.append(frame.f_code.co_name)
+
+    kept, dead = members[:10], members[10:]
+    ids = {id(m) for m in dead}
+    del members
+    sys.setprofile(profile)
+    try:
+        dead.clear()
+    finally:
+        sys.setprofile(None)
+    assert calls == [], calls  # (no Python frame ran as they died)
+    newcomers = [Member() for _ in range(200)]
+    reused = [m for m in newcomers if id(m) in ids]
+    assert all(m not in quiet for m in reused)
+    assert sorted(map(id, quiet)) == sorted(map(id, kept))
+    assert len(quiet) == 10 and len(quiet._members._items) == 10
+    quiet.discard(kept[0])
+    assert kept[0] not in quiet and len(quiet) == 9

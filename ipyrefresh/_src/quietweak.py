@@ -2,9 +2,9 @@
 
 ``weakref.WeakSet`` and ``weakref.WeakKeyDictionary`` forget a dead member in a Python
 callback, run wherever the member dies: that is where a pending Ctrl-C may be handled, and
-CPython drops what a weakref callback raises (hunt 61). The set forgets the dead when it is
-read; the cache queues them with a callback written in C and forgets them at its next read
-or write.
+CPython drops what a weakref callback raises (hunt 61). Here a member's death runs a
+callback written in C that queues it, and the cache (and the set made on it) forgets the
+queued ones at its next read or write.
 """
 
 from __future__ import annotations
@@ -16,44 +16,6 @@ from typing import Generic, TypeVar
 _T = TypeVar("_T")
 _K = TypeVar("_K")
 _V = TypeVar("_V")
-
-
-class QuietWeakSet(MutableSet[_T]):
-    """A set that holds its members weakly, with no callback: a dead member is skipped,
-    and forgotten, when the set is read."""
-
-    def __init__(self) -> None:
-        self._refs: dict[int, weakref.ref[_T]] = {}
-
-    def add(self, value: _T) -> None:
-        self._refs[id(value)] = weakref.ref(value)
-
-    def discard(self, value: _T) -> None:
-        ref = self._refs.get(id(value))
-        if ref is not None and ref() is value:
-            del self._refs[id(value)]
-
-    def __contains__(self, value: object) -> bool:
-        ref = self._refs.get(id(value))
-        return ref is not None and ref() is value
-
-    def __iter__(self) -> Iterator[_T]:
-        for key, ref in list(self._refs.items()):
-            value = ref()
-            if value is None:
-                self._refs.pop(key, None)
-            else:
-                yield value
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-    def clear(self) -> None:
-        self._refs.clear()
-
-    def update(self, values: Iterable[_T]) -> None:
-        for value in values:
-            self.add(value)
 
 
 class _KeyRef(weakref.ref):  # type: ignore[type-arg]
@@ -87,9 +49,30 @@ class QuietWeakCache(Generic[_K, _V]):
         ref.key = id(key)
         self._items[ref.key] = (ref, value)
 
+    def __contains__(self, key: object) -> bool:
+        item = self._items.get(id(key))
+        return item is not None and item[0]() is key
+
+    def discard(self, key: _K) -> None:
+        if key in self:
+            self._items.pop(id(key), None)
+
+    def keys(self) -> Iterator[_K]:
+        """The live keys (of the items held when it is called)."""
+        if self._dead:
+            self._forget_dead()
+        for ref, _ in list(self._items.values()):
+            key = ref()
+            if key is not None:
+                yield key
+
+    def clear(self) -> None:
+        self._items.clear()
+        self._dead.clear()
+
     def __len__(self) -> int:
         """How many live keys it holds."""
-        return sum(1 for ref, _ in list(self._items.values()) if ref() is not None)
+        return sum(1 for _ in self.keys())
 
     def _forget_dead(self) -> None:
         dead, items = self._dead, self._items
@@ -101,3 +84,32 @@ class QuietWeakCache(Generic[_K, _V]):
             item = items.get(ref.key)
             if item is not None and item[0] is ref:
                 items.pop(ref.key, None)
+
+
+class QuietWeakSet(MutableSet[_T]):
+    """A set that holds its members weakly: a :class:`QuietWeakCache` of them."""
+
+    def __init__(self) -> None:
+        self._members: QuietWeakCache[_T, None] = QuietWeakCache()
+
+    def add(self, value: _T) -> None:
+        self._members[value] = None
+
+    def discard(self, value: _T) -> None:
+        self._members.discard(value)
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._members
+
+    def __iter__(self) -> Iterator[_T]:
+        return self._members.keys()
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def clear(self) -> None:
+        self._members.clear()
+
+    def update(self, values: Iterable[_T]) -> None:
+        for value in values:
+            self.add(value)
