@@ -465,6 +465,64 @@ def test_a_ctrl_c_at_a_withs_entry_leaves_nothing_behind(backend: str) -> None:
     assert "Exception ignored" not in done.stderr, done.stderr[-3000:]
 
 
+#: A Ctrl-C made pending while ``id(*m)`` turns the ``map`` in ``m`` into a tuple (in C: the
+#: map's function is a ``defaultdict``'s lookup whose factory is ``_thread.interrupt_main``),
+#: so the first Python code to run is the recorder's CALL hook for ``id``, in a build.
+_CTRL_C_AT_A_STAR_CALL = """
+import gc, json, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from IPython.core.interactiveshell import InteractiveShell
+ip = InteractiveShell.instance()
+ip.run_line_magic("load_ext", "ipyrefresh")
+ip.run_cell(
+    "import _thread, autograd, autograd.numpy as np\\n"
+    "from collections import defaultdict\\n"
+    "from ipyrefresh import grad\\n"
+    "SEND = defaultdict(_thread.interrupt_main)\\n"
+    "armed = [0]\\n"
+    "def f(x):\\n"
+    "    if armed[0]:\\n"
+    "        armed[0] -= 1\\n"
+    "        m = map(SEND.__getitem__, [object()])\\n"
+    "        id(*m)\\n"
+    "    return np.sin(x) * x\\n"
+)
+raised = calls = 0
+for k in range(4):
+    ip.run_cell(f"d{k} = grad(f)\\nd{k}(0.3)")
+    for _ in range(3):
+        calls += 1
+        result = ip.run_cell(f"armed[0] = 1\\nd{k}(0.3)")
+        raised += isinstance(result.error_in_exec, KeyboardInterrupt)
+        gc.collect()
+ip.run_cell("r = d0(0.7)")
+ns = ip.user_ns
+right = bool(ns["r"] == ns["autograd"].grad(ns["f"])(0.7))
+print(json.dumps({"raised": raised, "calls": calls, "right": right}))
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to the own process")
+def test_a_ctrl_c_the_recorders_call_hook_takes_at_a_star_call_crashes_nothing() -> None:
+    """CI on 3.12 and 3.13, a segfault: a CALL callback of ``sys.monitoring`` that raises at
+    ``f(*iterable)`` makes CPython free the iterable once too often, and the frame that
+    still holds it (autograd's ``notrace_primitive`` wrapper holds a ``map``) crashed the
+    next garbage collection. A Python callback takes a pending Ctrl-C as it starts. The
+    Ctrl-C reaches the cell (each time), nothing crashes, and the answers stay right."""
+    done = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", _CTRL_C_AT_A_STAR_CALL],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["raised"] == report["calls"] == 12, report
+    assert report["right"], report
+    assert "Exception ignored" not in done.stderr, done.stderr[-3000:]
+
+
 #: A Ctrl-C that becomes pending inside C code which then drops a generator left half-way:
 #: with nothing of Python's in between, the next bytecode to run is the generator's close,
 #: from its finalizer (on 3.10 and 3.11 the recorder's profile hook, called for that close).

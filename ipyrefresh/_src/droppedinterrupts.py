@@ -8,11 +8,16 @@ is one that CPython drops ("Exception ignored in ..."), as it drops whatever a f
 weakref callback or a gc callback raises, through ``sys.unraisablehook``: the cell ran on
 (CI, 3.10: one Ctrl-C in a hundred, in builds).
 
+On 3.12+ the recorder's CALL hook runs this way on purpose: it is an object's ``__del__``,
+because a ``sys.monitoring`` callback that raises can crash CPython (see
+``recorder._CallEvent``).
+
 While a recording runs, :func:`watch` puts a hook there that makes such a Ctrl-C (one of the
 recorder's hooks on its traceback) pending again, with no check for signals after it in the
-hook: the next check is where the interpreter resumes after the finalizer, in the code that
-was running (the user's, often in the very statement where the Ctrl-C landed), so the user's
-own ``except KeyboardInterrupt`` sees it as it would without ipyrefresh. What the user's own
+hook, and marks the recordings as missing what the hook did not finish. The next check is
+where the interpreter resumes after the finalizer, in the code that was running (the
+user's, often in the very statement where the Ctrl-C landed), so the user's own ``except
+KeyboardInterrupt`` sees it as it would without ipyrefresh. What the user's own
 finalizers raise stays dropped, as it is without ipyrefresh. Everything else goes to the
 hook that was there before.
 
@@ -38,6 +43,7 @@ class _Watch:
 
     replaced: list[Callable[[Any], Any]] = []
     hooks: frozenset[CodeType] = frozenset()
+    cut_short: Callable[[], None] = staticmethod(lambda: None)
     sent_again = 0
 
 
@@ -53,11 +59,12 @@ _passing = threading.local()  # (how deep in a chain of hooks that calls this on
 _SEND_AGAIN: defaultdict[object, None] = defaultdict(_thread.interrupt_main)
 
 
-def watch(hooks: frozenset[CodeType]) -> None:
+def watch(hooks: frozenset[CodeType], cut_short: Callable[[], None]) -> None:
     """Until :func:`unwatch`, make pending again each Ctrl-C that CPython drops with one of
-    ``hooks`` (the code of the recorder's hooks) on its traceback."""
+    ``hooks`` (the code of the recorder's hooks) on its traceback, after calling
+    ``cut_short`` (the hook did not finish: what it was to record is missing)."""
     current = sys.unraisablehook  # (read once: two threads may come here at once)
-    _Watch.hooks = hooks
+    _Watch.hooks, _Watch.cut_short = hooks, cut_short
     if current is _hook:
         return
     replaced = _Watch.replaced
@@ -83,6 +90,7 @@ def _hook(unraisable: Any) -> None:
     depth: int = getattr(_passing, "depth", 0)
     if depth == 0 and _taken_by_a_hook(unraisable):
         _Watch.sent_again += 1
+        _Watch.cut_short()
         _SEND_AGAIN.clear()
         key = object()
         return _SEND_AGAIN[key]  # (the last thing this hook does; see _SEND_AGAIN)

@@ -686,7 +686,7 @@ def record(enabled: bool = True) -> Iterator[CallLog]:
     _recording_threads[me] = _recording_threads.get(me, 0) + 1
     try:
         gcmarks.bracket()
-        droppedinterrupts.watch(_HOOKS)
+        droppedinterrupts.watch(_HOOKS, _hook_cut_short)
         yield from _recorded(log, boundary)
     finally:
         left = _recording_threads.get(me, 1) - 1
@@ -794,7 +794,7 @@ class _Monitor:
             try:
                 mon.use_tool_id(tool, _TOOL_NAME)
                 mon.register_callback(tool, mon.events.PY_START, cls._start_callback(me))
-                mon.register_callback(tool, mon.events.CALL, cls._call_callback(me))
+                mon.register_callback(tool, mon.events.CALL, _CallEvent)
                 mon.set_events(tool, mon.events.PY_START | mon.events.CALL)
             except BaseException:
                 cls.reset()
@@ -842,28 +842,6 @@ class _Monitor:
 
         return on_start
 
-    @staticmethod
-    def _call_callback(thread: int) -> Callable[[CodeType, int, Any, Any], Any]:
-        def on_call(code: CodeType, offset: int, fn: Any, arg0: Any) -> Any:
-            kind = type(fn)
-            if kind is BuiltinFunctionType:
-                what = effect_of(fn, code)
-            elif kind is MethodDescriptorType:  # (``db.execute(q)``: the method, unbound)
-                what = method_effect(fn, arg0, code)
-            else:
-                return None
-            if (
-                what is not None
-                and threading.get_ident() == thread
-                and not collecting()
-                and not _called_by_machinery(code)
-            ):
-                for log, _ in _active():
-                    log.add_effect(what)
-            return None
-
-        return on_call
-
     @classmethod
     def reset(cls) -> None:
         """Stop monitoring: every tool id registered by our name is freed (an interrupt can
@@ -880,12 +858,83 @@ class _Monitor:
                 mon.free_tool_id(tool)
 
 
+class _CallEvent(BaseException):
+    """``sys.monitoring``'s CALL callback (3.12+): the event is an object built in C, and the
+    work is its ``__del__``'s, run as the monitoring drops it.
+
+    A CALL callback that raises makes CPython (3.12.1 and 3.13.0 at least) free the iterable
+    of an ``f(*iterable)`` call once too often (``INSTRUMENTED_CALL_FUNCTION_EX``'s error
+    path); the frame that still holds it (autograd's ``notrace_primitive`` wrapper holds a
+    ``map``) crashed the next garbage collection (CI, 3.12 and 3.13). A Python callback can
+    always raise: a pending Ctrl-C is handled as it starts. Building this object runs no
+    bytecode, so no signal is handled there; what ``__del__`` raises CPython reports to
+    ``sys.unraisablehook``, where a Ctrl-C is made pending again and the recording marked cut
+    short (:mod:`.droppedinterrupts`). A ``BaseException`` subclass: its constructor takes
+    the event's four arguments as they come.
+
+    It dies after the monitoring has let go of the thread (3.12): the calls ``__del__``
+    makes are events too, whose own ``__del__`` returns at once."""
+
+    def __del__(self) -> None:
+        if _IN_CALL_EVENT.now:  # (an attribute read: no call, so no event)
+            return
+        code, _, fn, arg0 = self.args
+        match fn:  # (no call either: most events end here, having made none)
+            case BuiltinFunctionType():
+                if fn in _NO_EFFECT:
+                    return
+            case MethodDescriptorType():
+                pass
+            case _:
+                return
+        _IN_CALL_EVENT.now = True
+        try:
+            _on_call(code, fn, arg0)
+        finally:
+            _IN_CALL_EVENT.now = False
+
+
+def _on_call(code: CodeType, fn: Any, arg0: Any) -> None:
+    """``code`` calls the C function ``fn``: an effect of the recordings', if it is one."""
+    kind = type(fn)
+    if kind is BuiltinFunctionType:
+        what = effect_of(fn, code)
+    elif kind is MethodDescriptorType:  # (``db.execute(q)``: the method, unbound)
+        what = method_effect(fn, arg0, code)
+    else:
+        return
+    if (
+        what is not None
+        and threading.get_ident() == _Monitor.thread
+        and not collecting()
+        and not _called_by_machinery(code)
+    ):
+        for log, _ in _active():
+            log.add_effect(what)
+
+
+class _InCallEvent(threading.local):
+    now = False  # (this thread runs a _CallEvent's __del__)
+
+
+_IN_CALL_EVENT = _InCallEvent()
+
+
+def _hook_cut_short() -> None:
+    """A Ctrl-C cut one of the hooks short: an event of this thread's recordings went
+    unseen, and they prove nothing."""
+    for log, _ in _active():
+        log.complete = False
+        log.note = "a Ctrl-C cut the recorder's hook short"
+
+
 #: The code of the recorder's hooks: a KeyboardInterrupt with one of them on its traceback
 #: was taken by a hook (see :mod:`.droppedinterrupts`).
 _HOOKS = frozenset(
     {
         _profile.__code__,
         _Monitor._start_callback(0).__code__,
-        _Monitor._call_callback(0).__code__,
+        _CallEvent.__del__.__code__,
+        _on_call.__code__,
     }
 )
