@@ -50,6 +50,12 @@ class _Entered(Generic[T]):
         return self._made.__exit__(kind, value, tb)
 
 
+#: The code of the ``__enter__`` frames between a generator and its ``with`` statement.
+ENTERING = frozenset(
+    {contextlib._GeneratorContextManager.__enter__.__code__, _Entered.__enter__.__code__}
+)
+
+
 def contextmanager(func: Callable[P, Iterator[T]]) -> Callable[P, _Entered[T]]:
     """:func:`contextlib.contextmanager`, safe from a Ctrl-C at the block's entry."""
     made = contextlib.contextmanager(func)
@@ -61,4 +67,4 @@ def contextmanager(func: Callable[P, Iterator[T]]) -> Callable[P, _Entered[T]]:
     return helper
 
 
-__all__ = ["contextmanager"]
+__all__ = ["ENTERING", "contextmanager"]

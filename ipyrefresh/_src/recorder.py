@@ -17,6 +17,7 @@ from __future__ import annotations
 import _thread
 import _tracemalloc
 import _weakref
+import atexit
 import builtins
 import contextvars
 import ctypes
@@ -44,7 +45,7 @@ from autograd.tracer import Box
 from . import droppedinterrupts, gcmarks
 from .code import is_user_code, is_user_frame
 from .gcmarks import collecting
-from .interruptsafe import contextmanager
+from .interruptsafe import ENTERING, contextmanager
 
 _MAX_WALK = 64
 _TOOL_NAME = "ipyrefresh"
@@ -493,7 +494,7 @@ def _jax_runs_the_users(code: CodeType, path: str) -> bool:
 
 def _called_by_machinery(code: CodeType) -> bool:
     """:func:`_by_machinery` for a ``sys.monitoring`` call event of ``code``."""
-    frame = sys._getframe(2)  # (this function's caller is the event's callback)
+    frame = sys._getframe(3)  # (past _on_call and _CallEvent.__del__: the calling frame)
     return _by_machinery(frame) if frame.f_code is code else _machinery(code)
 
 
@@ -541,8 +542,13 @@ _recording_threads: dict[int, int] = {}
 
 
 def _idle() -> bool:
-    """No thread records now."""
-    return not any(_recording_threads.values())
+    """No thread records now, and none of the recorder's hooks is left on (a Ctrl-C in a
+    recording's cleanup can leave one: what it takes must still be made pending again)."""
+    return (
+        not any(_recording_threads.values())
+        and _Monitor.tool is None
+        and sys.getprofile() is not _profile
+    )
 
 
 def _active() -> list[tuple[CallLog, FrameType | None]]:
@@ -651,11 +657,11 @@ def reset_if_idle() -> None:
     if getattr(_local, "stack", None):
         _local.stack = []
     _recording_threads.pop(threading.get_ident(), None)
-    if _idle():
-        droppedinterrupts.unwatch()
     if sys.getprofile() is _profile:
         sys.setprofile(None)
     _Monitor.reset()
+    if _idle():
+        droppedinterrupts.unwatch()
 
 
 def recording_possible() -> bool:
@@ -678,7 +684,9 @@ def record(enabled: bool = True) -> Iterator[CallLog]:
         log.note = "recording is turned off"
         yield log
         return
-    boundary = sys._getframe(2)  # the frame that opened the recording
+    boundary = sys._getframe(1)  # the frame that opened the recording, past the entry's
+    while boundary.f_code in ENTERING and boundary.f_back is not None:
+        boundary = boundary.f_back
     # (No lock: a KeyboardInterrupt landing while one was held left it held for good.
     # Only this thread writes its own count; one lost to an interrupt only keeps the gc
     # callbacks in place until the next cell's reset_if_idle.)
@@ -918,6 +926,10 @@ class _InCallEvent(threading.local):
 
 
 _IN_CALL_EVENT = _InCallEvent()
+
+# A hook a Ctrl-C left on (outside IPython, where no cell resets it) would run while the
+# interpreter tears this module down.
+atexit.register(_Monitor.reset)
 
 
 def _hook_cut_short() -> None:
