@@ -365,9 +365,10 @@ def test_ctrl_c_is_never_lost_in_a_garbage_collection() -> None:
 
 #: A Ctrl-C made pending as ``contextlib``'s ``__enter__`` gets back from one of ipyrefresh's
 #: generators, at its ``yield``: CPython handles it right there, in ``__enter__``, so the
-#: ``with`` block never begins and its ``__exit__`` never runs. Each of ipyrefresh's ``with``
-#: entries in turn, in a cell that builds a derivative and calls it (a profile function finds
-#: them: a C call's return, the same path as a real signal's).
+#: ``with`` block never begins and its ``__exit__`` never runs. Or as ``contextlib``'s
+#: ``__exit__`` starts, before it resumes the generator. Each of ipyrefresh's ``with``
+#: blocks in turn, in a cell that builds a derivative and calls it (a profile function finds
+#: them: a C call's return, a call, the same paths as a real signal's).
 _CTRL_C_AT_A_WITHS_ENTRY = """
 import _thread, contextlib, gc, json, signal, sys
 from collections import defaultdict
@@ -387,10 +388,15 @@ if sys.argv[2] == "jax":
 from ipyrefresh._src import engine, recorder
 from ipyrefresh._src.compilers.tape import patches
 SEND = defaultdict(_thread.interrupt_main)  # (a missing key: pending, and no check after)
-ENTER = contextlib._GeneratorContextManager.__enter__.__code__
+WHERE = sys.argv[3]
+METHOD = "__enter__" if WHERE == "entry" else "__exit__"
+CODE = getattr(contextlib._GeneratorContextManager, METHOD).__code__
 at = {"n": -1, "seen": []}
 def profile(frame, event, arg):
-    if event == "c_return" and arg is next and frame.f_code is ENTER:
+    # entry: as next(gen) returns to __enter__; exit: as __exit__ starts, before it resumes
+    # the generator
+    hit = event == "c_return" and arg is next if WHERE == "entry" else event == "call"
+    if hit and frame.f_code is CODE:
         code = frame.f_locals["self"].gen.gi_code
         if "ipyrefresh" in code.co_filename:
             at["seen"].append(code.co_name)
@@ -437,16 +443,17 @@ _CELLS_THAT_BUILD = {
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to the own process")
+@pytest.mark.parametrize("where", ["entry", "exit"])
 @pytest.mark.parametrize("backend", sorted(_CELLS_THAT_BUILD))
-def test_a_ctrl_c_at_a_withs_entry_leaves_nothing_behind(backend: str) -> None:
+def test_a_ctrl_c_at_a_withs_entry_or_exit_leaves_nothing_behind(backend: str, where: str) -> None:
     """CI on 3.12 and 3.13 (a segfault): a Ctrl-C handled in ``contextlib``'s ``__enter__``
     left ipyrefresh's generator suspended at its ``yield``. Its cleanup ran from its
     finalizer, whenever the traceback died: the tape's spy stayed on until then, the engine's
     lock was released later under another holder ("cannot release un-acquired lock"), a
     later Ctrl-C taken there was dropped, and the spy's frame walk inside a garbage
-    collection crashed CPython. Each entry leaves nothing behind and drops nothing; the
-    build's own raise to the cell."""
-    argv = [_CELLS_THAT_BUILD[backend], backend]
+    collection crashed CPython. A Ctrl-C as ``__exit__`` starts did the same. Each leaves
+    nothing behind and drops nothing; the build's own raise to the cell."""
+    argv = [_CELLS_THAT_BUILD[backend], backend, where]
     done = subprocess.run(
         [sys.executable, "-X", "faulthandler", "-c", _CTRL_C_AT_A_WITHS_ENTRY, *argv],
         capture_output=True,

@@ -12,6 +12,8 @@ raised there, a later Ctrl-C among others, CPython dropped ("Exception ignored i
 
 Here ``__enter__`` closes the generator at once when it raises, so its ``finally`` runs
 then, in the ``with``'s own thread and frame, before the interrupt goes on to the caller.
+``__exit__`` does the same: a Ctrl-C handled as ``contextlib``'s ``__exit__`` starts left
+the generator suspended too. (One check remains: as this module's own ``__exit__`` starts.)
 """
 
 from __future__ import annotations
@@ -47,7 +49,11 @@ class _Entered(Generic[T]):
         value: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        return self._made.__exit__(kind, value, tb)
+        try:
+            return self._made.__exit__(kind, value, tb)
+        except BaseException:
+            self._made.gen.close()  # (cut short before it resumed the generator)
+            raise
 
 
 #: The code of the ``__enter__`` frames between a generator and its ``with`` statement.
