@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dis
 import functools
+import gc
 import json
 import subprocess
 import sys
@@ -923,3 +924,21 @@ def _race_first_compiled_calls(anp: Any, autograd: Any, grad: Any) -> None:
         assert not errors, errors
         want = autograd.grad(f)(x)
         assert len(answers) == 4 and all((a == want).all() for a in answers)
+
+
+def test_a_with_block_left_to_a_finalizer_never_releases_the_lock_twice(ip: Any) -> None:
+    """A Ctrl-C as this module's own ``__exit__`` starts (the one check left, see
+    ``interruptsafe``) leaves the lock's generator suspended: the next cell mends the lock,
+    and the generator's cleanup runs later, from a finalizer. It must not release the lock
+    again, held by then for something else, in this thread or another."""
+    engine = current()
+    cut = engine.lock_for_request()
+    cut.__enter__()  # (and never __exit__: the Ctrl-C)
+    ip.run("pass")  # the next cell mends the lock
+    assert free_for_other_threads(engine)
+    assert ipyrefresh.status()["interrupted_locks"] == 1
+    with engine.lock_for_request():  # held again, for something else
+        del cut
+        gc.collect()  # the generator's cleanup, from its finalizer
+        assert not free_for_other_threads(engine)  # still held: not released under us
+    assert free_for_other_threads(engine)

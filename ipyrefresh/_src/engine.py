@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -73,6 +73,13 @@ class EngineBusy(RuntimeError):
 KEPT_RELEASED = 8
 
 
+class _Taker(NamedTuple):
+    """Who takes the engine's lock: the thread, and how often its lock was mended so far."""
+
+    thread: int
+    mends: int
+
+
 class Engine:
     """Owns the cache, the configuration and the change log; one per process."""
 
@@ -80,6 +87,8 @@ class Engine:
         self.config = config or IPyRefresh()
         self.cache = EntryCache(self.config.max_entries, self._evicted)
         self.lock = threading.RLock()
+        #: Per thread: how often :meth:`mend_lock` released what a Ctrl-C left held.
+        self._mended = threading.local()
         self.cell: CellRef | None = None
         self.attached = False  # loaded in an IPython shell (cells are numbered)
         self.changes = ChangeLog()
@@ -529,6 +538,7 @@ class Engine:
         """The lock, for what the user asks now (``status()``, ``refresh()``, the magics,
         the status bar's requests): past :data:`BUSY_WAIT` another thread's build still
         holds it, and :class:`EngineBusy` says so."""
+        taker = self._taker()
         if not self.lock.acquire(timeout=BUSY_WAIT):
             self.stats["busy_requests"] += 1
             raise EngineBusy()
@@ -536,7 +546,7 @@ class Engine:
             self._run_deferred()
             yield
         finally:
-            self.lock.release()
+            self._release(taker)
 
     @interruptsafe.contextmanager
     def lock_for_hook(self) -> Iterator[bool]:
@@ -545,6 +555,7 @@ class Engine:
         for the next cell (a training thread waiting for the notebook's go: hunt 53).
         Past :data:`BUSY_WAIT` the hook does its work another time: it only reports and
         frees (calls check for themselves), and the cell must end."""
+        taker = self._taker()
         held = self.lock.acquire(timeout=BUSY_WAIT)
         if not held:
             self.stats["busy_cells"] += 1
@@ -554,7 +565,17 @@ class Engine:
             yield held
         finally:
             if held:
-                self.lock.release()
+                self._release(taker)
+
+    def _taker(self) -> _Taker:
+        return _Taker(threading.get_ident(), getattr(self._mended, "count", 0))
+
+    def _release(self, taker: _Taker) -> None:
+        """Release what ``taker`` took, unless it is not this thread's, or
+        :meth:`mend_lock` has released it since: a generator a Ctrl-C left suspended in
+        its ``with`` runs its cleanup later, from a finalizer, in any thread."""
+        if self._taker() == taker:
+            self.lock.release()
 
     def mend_lock(self) -> None:
         """Release what this thread holds of the lock, when no frame of the engine's runs in
@@ -577,6 +598,7 @@ class Engine:
             left = True
         if left:
             self.stats["interrupted_locks"] += 1
+            self._mended.count = getattr(self._mended, "count", 0) + 1
 
     def before_cell(self, cell: CellRef) -> None:
         """A cell starts. What a callback, a thread or a silent cell rebound since the
