@@ -364,19 +364,43 @@ def test_ctrl_c_is_never_lost_in_a_garbage_collection() -> None:
     assert "Exception ignored" not in done.stderr, done.stderr[-3000:]
 
 
+#: A child process's IPython shell with the extension, Ctrl-C as a kernel takes it.
+_A_SHELL = """
+import gc, json, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from IPython.core.interactiveshell import InteractiveShell
+ip = InteractiveShell.instance()
+ip.run_line_magic("load_ext", "ipyrefresh")
+"""
+
+
+def run_script(script: str, *argv: str) -> dict[str, Any]:
+    """Run ``script`` in a fresh process (a crash must not take the suite's worker): it
+    exits cleanly, CPython dropped no exception, and its last line is its JSON report."""
+    done = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", script, *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Exception ignored" not in done.stderr, done.stderr[-3000:]
+    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return report
+
+
 #: A Ctrl-C made pending as ``contextlib``'s ``__enter__`` gets back from one of ipyrefresh's
 #: generators, at its ``yield``: CPython handles it right there, in ``__enter__``, so the
 #: ``with`` block never begins and its ``__exit__`` never runs. Or as ``contextlib``'s
 #: ``__exit__`` starts, before it resumes the generator. Each of ipyrefresh's ``with``
 #: blocks in turn, in a cell that builds a derivative and calls it (a profile function finds
 #: them: a C call's return, a call, the same paths as a real signal's).
-_CTRL_C_AT_A_WITHS_ENTRY = """
-import _thread, contextlib, gc, json, signal, sys
+_CTRL_C_AT_A_WITHS_ENTRY = (
+    _A_SHELL
+    + """
+import _thread, contextlib
 from collections import defaultdict
-signal.signal(signal.SIGINT, signal.default_int_handler)
-from IPython.core.interactiveshell import InteractiveShell
-ip = InteractiveShell.instance()
-ip.run_line_magic("load_ext", "ipyrefresh")
 ip.run_cell(
     "import autograd, autograd.numpy as np\\nfrom ipyrefresh import grad\\n"
     "def f(x):\\n    return np.sin(x) * x\\ndf = grad(f)\\ndf(0.3); df(0.3)"
@@ -435,6 +459,7 @@ report["right"] = bool(
 )
 print(json.dumps(report))
 """
+)
 
 
 _CELLS_THAT_BUILD = {
@@ -454,34 +479,21 @@ def test_a_ctrl_c_at_a_withs_entry_or_exit_leaves_nothing_behind(backend: str, w
     later Ctrl-C taken there was dropped, and the spy's frame walk inside a garbage
     collection crashed CPython. A Ctrl-C as ``__exit__`` starts did the same. Each leaves
     nothing behind and drops nothing; the build's own raise to the cell."""
-    argv = [_CELLS_THAT_BUILD[backend], backend, where]
-    done = subprocess.run(
-        [sys.executable, "-X", "faulthandler", "-c", _CTRL_C_AT_A_WITHS_ENTRY, *argv],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = run_script(_CTRL_C_AT_A_WITHS_ENTRY, _CELLS_THAT_BUILD[backend], backend, where)
     entries = report["entries"]
     assert "record" in entries and "lock_for_hook" in entries, report  # (not vacuous)
     assert report["left"] == [], report
     # The build's entries raise in the cell; the shell's hooks' are IPython's to report.
     assert not set(report["not_raised"]) - {"lock_for_hook"}, report
     assert report["right"], report
-    assert "Exception ignored" not in done.stderr, done.stderr[-3000:]
 
 
 #: A Ctrl-C made pending while ``id(*m)`` turns the ``map`` in ``m`` into a tuple (in C: the
 #: map's function is a ``defaultdict``'s lookup whose factory is ``_thread.interrupt_main``),
 #: so the first Python code to run is the recorder's CALL hook for ``id``, in a build.
-_CTRL_C_AT_A_STAR_CALL = """
-import gc, json, signal, sys
-signal.signal(signal.SIGINT, signal.default_int_handler)
-from IPython.core.interactiveshell import InteractiveShell
-ip = InteractiveShell.instance()
-ip.run_line_magic("load_ext", "ipyrefresh")
+_CTRL_C_AT_A_STAR_CALL = (
+    _A_SHELL
+    + """
 ip.run_cell(
     "import _thread, autograd, autograd.numpy as np\\n"
     "from collections import defaultdict\\n"
@@ -508,6 +520,7 @@ ns = ip.user_ns
 right = bool(ns["r"] == ns["autograd"].grad(ns["f"])(0.7))
 print(json.dumps({"raised": raised, "calls": calls, "right": right}))
 """
+)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to the own process")
@@ -517,18 +530,9 @@ def test_a_ctrl_c_the_recorders_call_hook_takes_at_a_star_call_crashes_nothing()
     still holds it (autograd's ``notrace_primitive`` wrapper holds a ``map``) crashed the
     next garbage collection. A Python callback takes a pending Ctrl-C as it starts. The
     Ctrl-C reaches the cell (each time), nothing crashes, and the answers stay right."""
-    done = subprocess.run(
-        [sys.executable, "-X", "faulthandler", "-c", _CTRL_C_AT_A_STAR_CALL],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = run_script(_CTRL_C_AT_A_STAR_CALL)
     assert report["raised"] == report["calls"] == 12, report
     assert report["right"], report
-    assert "Exception ignored" not in done.stderr, done.stderr[-3000:]
 
 
 #: A Ctrl-C that becomes pending inside C code which then drops a generator left half-way:
