@@ -6,6 +6,7 @@ import dis
 import functools
 import gc
 import json
+import operator
 import subprocess
 import sys
 import threading
@@ -946,3 +947,26 @@ def test_a_with_block_left_to_a_finalizer_never_releases_the_lock_twice(ip: Any)
         gc.collect()  # the generator's cleanup, from its finalizer
         assert not free_for_other_threads(engine)  # still held: not released under us
     assert free_for_other_threads(engine)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring's CALL hook")
+def test_a_failing_call_hook_is_said_and_its_build_runs_plain_autograd(
+    ip: Any, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The CALL hook runs as a finalizer (see ``recorder._CallEvent``), where CPython drops
+    what it raises: an error of its own must not leave a recording that missed an effect
+    looking complete. The build runs plain autograd and says why."""
+    from ipyrefresh._src import recorder
+
+    # (a C function that raises TypeError for three arguments: no Python frame of the
+    # test's, which the recorder would see as user code)
+    monkeypatch.setattr(recorder, "_on_call", operator.truediv)
+    ip.run(
+        "import numpy as onp\n"
+        "def f(x):\n    onp.cumsum([1.0])\n    return np.sin(x) * x\n"
+        "df = grad(f)\nr = [df(0.5) for _ in range(3)]"
+    )
+    assert all(v == fresh(ip, "f", 0.5) for v in ip.ns["r"])
+    (entry,) = ipyrefresh.status()["entries"]
+    assert "the call recorder failed (TypeError: " in entry["fallback"], entry
+    assert "Exception ignored" not in capfd.readouterr().err

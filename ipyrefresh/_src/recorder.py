@@ -898,6 +898,8 @@ class _CallEvent(BaseException):
         _IN_CALL_EVENT.now = True
         try:
             _on_call(code, fn, arg0)
+        except Exception as exc:  # (CPython would drop it: the recordings must say so)
+            _recordings_missed(f"the call recorder failed ({type(exc).__name__}: {exc})")
         finally:
             _IN_CALL_EVENT.now = False
 
@@ -933,11 +935,16 @@ atexit.register(_Monitor.reset)
 
 
 def _hook_cut_short() -> None:
-    """A Ctrl-C cut one of the hooks short: an event of this thread's recordings went
-    unseen, and they prove nothing."""
+    """A Ctrl-C cut one of the hooks short."""
+    _recordings_missed("a Ctrl-C cut the recorder's hook short")
+
+
+def _recordings_missed(why: str) -> None:
+    """An event of this thread's recordings went unseen: they prove nothing (their builds
+    run plain autograd, and say ``why``)."""
     for log, _ in _active():
         log.complete = False
-        log.note = "a Ctrl-C cut the recorder's hook short"
+        log.note = why
 
 
 #: The code of the recorder's hooks: a KeyboardInterrupt with one of them on its traceback
