@@ -88,12 +88,13 @@ def sent_again() -> int:
 
 def _hook(unraisable: Any) -> None:
     depth: int = getattr(_passing, "depth", 0)
-    if depth == 0 and _taken_by_a_hook(unraisable):
-        _Watch.sent_again += 1
-        _Watch.cut_short()
-        _SEND_AGAIN.clear()
-        key = object()
-        return _SEND_AGAIN[key]  # (the last thing this hook does; see _SEND_AGAIN)
+    if depth == 0 and _through_a_hook(unraisable):
+        _Watch.cut_short()  # (whatever it raised, the hook did not finish)
+        if _an_interrupt(unraisable):
+            _Watch.sent_again += 1
+            _SEND_AGAIN.clear()
+            key = object()
+            return _SEND_AGAIN[key]  # (the last thing this hook does; see _SEND_AGAIN)
     replaced = _Watch.replaced
     later = replaced[-1 - depth] if depth < len(replaced) else sys.__unraisablehook__
     _passing.depth = depth + 1
@@ -103,12 +104,14 @@ def _hook(unraisable: Any) -> None:
         _passing.depth = depth
 
 
-def _taken_by_a_hook(unraisable: Any) -> bool:
+def _an_interrupt(unraisable: Any) -> bool:
     kind = unraisable.exc_type
     if not (isinstance(kind, type) and issubclass(kind, KeyboardInterrupt)):
         return False
-    if threading.current_thread() is not threading.main_thread():
-        return False  # (signals are handled in the main thread only)
+    return threading.current_thread() is threading.main_thread()  # (signals go there only)
+
+
+def _through_a_hook(unraisable: Any) -> bool:
     tb = unraisable.exc_traceback
     while tb is not None:
         if tb.tb_frame.f_code in _Watch.hooks:

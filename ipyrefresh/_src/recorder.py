@@ -881,12 +881,14 @@ class _CallEvent(BaseException):
     the event's four arguments as they come.
 
     It dies after the monitoring has let go of the thread (3.12): the calls ``__del__``
-    makes are events too, whose own ``__del__`` returns at once."""
+    makes are events too, whose own ``__del__`` returns at once, as ipyrefresh's own (a
+    flag set and reset around the work stayed set when a debugger's trace function raised
+    in the reset, and every later effect went unseen)."""
 
     def __del__(self) -> None:
-        if _IN_CALL_EVENT.now:  # (an attribute read: no call, so no event)
-            return
         code, _, fn, arg0 = self.args
+        if code.co_filename[:_PACKAGE_LEN] == _PACKAGE:  # (no call, so no event)
+            return  # ipyrefresh's own calls: this one's among them, an event too on 3.12
         match fn:  # (no call either: most events end here, having made none)
             case BuiltinFunctionType():
                 if fn in _NO_EFFECT:
@@ -895,13 +897,16 @@ class _CallEvent(BaseException):
                 pass
             case _:
                 return
-        _IN_CALL_EVENT.now = True
         try:
             _on_call(code, fn, arg0)
         except Exception as exc:  # (CPython would drop it: the recordings must say so)
             _recordings_missed(f"the call recorder failed ({type(exc).__name__}: {exc})")
-        finally:
-            _IN_CALL_EVENT.now = False
+
+
+#: The package's directory: calls made in its code are never the user's effects (and
+#: :class:`_CallEvent` must skip its own without making a call).
+_PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
+_PACKAGE_LEN = len(_PACKAGE)
 
 
 def _on_call(code: CodeType, fn: Any, arg0: Any) -> None:
@@ -922,12 +927,6 @@ def _on_call(code: CodeType, fn: Any, arg0: Any) -> None:
         for log, _ in _active():
             log.add_effect(what)
 
-
-class _InCallEvent(threading.local):
-    now = False  # (this thread runs a _CallEvent's __del__)
-
-
-_IN_CALL_EVENT = _InCallEvent()
 
 # A hook a Ctrl-C left on (outside IPython, where no cell resets it) would run while the
 # interpreter tears this module down.
