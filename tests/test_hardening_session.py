@@ -972,3 +972,44 @@ def test_a_failing_call_hook_is_said_and_its_build_runs_plain_autograd(
     (entry,) = ipyrefresh.status()["entries"]
     assert "the call recorder failed (TypeError: " in entry["fallback"], entry
     assert "Exception ignored" not in capfd.readouterr().err
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring's CALL hook")
+def test_effects_are_seen_after_a_trace_function_raised_in_the_call_hook(
+    ip: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A trace function (a debugger's, the suite's InterruptAt) that raises inside the CALL
+    hook, at any of its lines: the hook keeps no state that its raise can leave behind
+    (a re-entry flag once stayed set, and every later effect went unseen)."""
+    from ipyrefresh._src import recorder
+
+    hook = recorder._CallEvent.__del__.__code__
+    ip.run("def g(x):\n    return np.sin(x) * x")
+
+    def raising_at(n: int) -> Callable[[FrameType, str, Any], Any]:
+        lines = [0]
+
+        def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+            if frame.f_code is not hook:
+                return None
+            if event == "line":
+                lines[0] += 1
+                if lines[0] == n:  # (not a KeyboardInterrupt: one would be sent again)
+                    raise RuntimeError("raised by a trace function")
+            return tracer
+
+        return tracer
+
+    for n in range(1, 9):
+        tracer = raising_at(n)
+        sys.settrace(tracer)
+        try:
+            ip.shell.run_cell(f"d{n} = grad(lambda x: g(x) + {n}.0 * x)")
+            ip.shell.run_cell(f"d{n}(0.5); d{n}(0.5)")
+        finally:
+            sys.settrace(None)
+    ip.run("def p(x):\n    print('ran')\n    return np.sin(x) * x\ndp = grad(p)")
+    capfd.readouterr()
+    for _ in range(4):
+        ip.run("dp(0.5)")
+    assert capfd.readouterr().out.count("ran") == 4
