@@ -448,7 +448,12 @@ _JAX_CALLERS = tuple(
 )
 
 
-_OWN_DIR = os.path.dirname(os.path.dirname(os.path.normcase(os.path.abspath(__file__)))) + os.sep
+#: The package's directory: calls made in its code are never the user's effects.
+#: :class:`_CallEvent` compares a code's file with it as it comes (it must make no call);
+#: :func:`_machinery` and the recording's boundary compare it ``normcase``d.
+_PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
+_PACKAGE_LEN = len(_PACKAGE)
+_OWN_DIR = os.path.normcase(_PACKAGE)
 _machinery_dirs: dict[str, str] = {}
 
 
@@ -901,12 +906,6 @@ class _CallEvent(BaseException):
             _on_call(code, fn, arg0)
         except Exception as exc:  # (CPython would drop it: the recordings must say so)
             _recordings_missed(f"the call recorder failed ({type(exc).__name__}: {exc})")
-
-
-#: The package's directory: calls made in its code are never the user's effects (and
-#: :class:`_CallEvent` must skip its own without making a call).
-_PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
-_PACKAGE_LEN = len(_PACKAGE)
 
 
 def _on_call(code: CodeType, fn: Any, arg0: Any) -> None:
