@@ -368,7 +368,10 @@ def effect_of(fn: Any, caller: CodeType) -> str | None:
     if kind in _PLAIN_OWNERS:  # list.append, dict.get...: the most common C calls
         return None
     what = _effect(fn, owner, caller)
-    if what is None and kind is ModuleType and fn not in _CALLER_MATTERS:
+    # (An extension's function bound to no object, ``__self__`` None: jaxlib's safe_map
+    # and safe_zip, a third of a JAX trace's C calls, are one function each, like a
+    # module's.)
+    if what is None and (kind is ModuleType or owner is None) and fn not in _CALLER_MATTERS:
         if len(_NO_EFFECT) >= _NO_EFFECT_MAX:
             _NO_EFFECT.clear()
         _NO_EFFECT[fn] = None
@@ -602,7 +605,12 @@ def _profile(frame: FrameType, event: str, arg: Any) -> None:
             _notrace_call(frame)
         elif not is_user_code(code):
             _library(code)
-    elif event == "c_call" and type(arg) is BuiltinFunctionType and arg not in _NO_EFFECT:
+    elif (
+        event == "c_call"
+        and type(arg) is BuiltinFunctionType
+        and type(arg.__self__) not in _PLAIN_OWNERS  # (as effect_of says, with no call)
+        and arg not in _NO_EFFECT
+    ):
         what = effect_of(arg, frame.f_code)
         if what is not None and not collecting() and not _by_machinery(frame):
             for log, _ in _active():
