@@ -22,6 +22,8 @@ from typing import Any
 from .quietweak import QuietWeakCache
 
 _LOAD_GLOBAL = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
+#: ``LOAD_GLOBAL``'s low bit says it loads a call's function (3.11+).
+_NULL_BIT = sys.version_info >= (3, 11)
 _LOAD_ATTR = frozenset({"LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR"})
 _STORE_GLOBAL = frozenset({"STORE_GLOBAL", "DELETE_GLOBAL"})
 _STORE_DEREF = frozenset({"STORE_DEREF", "DELETE_DEREF"})
@@ -88,6 +90,11 @@ class CodeFacts:
     #: method that changes its object in place (``log.append``, ``memo.setdefault``): of a
     #: local object or not, the code does not say.
     writes_objects: bool = False
+    #: Globals (or builtins) loaded as values, not as the function of a call of their
+    #: own: handed to other code (``map(print, xs)``, ``partial(print)``, ``print.__call__``),
+    #: which may call them from C, where no hook sees the call. (3.11+, whose
+    #: ``LOAD_GLOBAL`` says when it loads a call's function; empty on 3.10.)
+    held: frozenset[str] = frozenset()
 
     def may_write(self) -> bool:
         """Whether running it may change anything outside its own frame, or run code
@@ -145,6 +152,7 @@ def _scan(code: CodeType) -> CodeFacts:
     introspects = False
     const_names: set[str] = set()
     writes = False
+    held: set[str] = set()
     stack = [(code, True)]
     while stack:
         co, own = stack.pop()
@@ -167,6 +175,8 @@ def _scan(code: CodeType) -> CodeFacts:
                     # no instruction that loads it (CPython 3.11).
                     loaded.add(co.co_varnames[0])
                 names.add(g)
+                if _NULL_BIT and name == "LOAD_GLOBAL" and not (op.arg or 0) & 1:
+                    held.add(g)
             elif name in _LOAD_ATTR:
                 a = op.argval
                 attrs.add(a)
@@ -208,6 +218,7 @@ def _scan(code: CodeType) -> CodeFacts:
             or not _MUTATORS.isdisjoint(attrs)
             or not _MUTATING_FUNCTIONS.isdisjoint(attrs | names)
         ),
+        held=frozenset(held),
     )
 
 

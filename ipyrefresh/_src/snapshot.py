@@ -466,6 +466,8 @@ class Walker:
         prefix = _ns_prefix(globs)
         outer, self._source = self._source, label
         try:
+            for name in sorted(facts.held):
+                self._held_builtin(globs, name, label, builtins_ns)
             for name in sorted(facts.globals):
                 self.global_name(globs, name, prefix + name, builtins_ns=builtins_ns)
                 value = dict.get(globs, name, MISSING)
@@ -475,6 +477,21 @@ class Walker:
                 self._chain(globs, chain, prefix)
         finally:
             self._source = outer
+
+    def _held_builtin(self, globs: dict[str, Any], name: str, label: str, builtins_ns: Any) -> None:
+        """A builtin with an effect, loaded by the code as a value (``map(print, xs)``,
+        ``partial(print, s)()``, ``print.__call__(s)``): what it is handed to may call it
+        from C, where no hook sees the call (those by its own name, the recorder sees).
+        A global of that name is walked as any global (:meth:`_walk_or_watch`)."""
+        if dict.get(globs, name, MISSING) is not MISSING:
+            return
+        for b in (builtins_ns, dict.get(globs, "__builtins__", builtins)):
+            bdict = b.__dict__ if type(b) is ModuleType else b
+            found = bdict.get(name) if type(bdict) is dict else None
+            if type(found) is BuiltinFunctionType:
+                effect = value_effect(found)
+                if effect is not None:
+                    raise Unguardable(f"{label} hands {name} on as a value: it {effect}")
 
     def _chain(self, globs: Mapping[str, Any], chain: tuple[str, ...], prefix: str) -> None:
         head = chain[0]
