@@ -1,0 +1,68 @@
+"""Effects made in unusual ways, each compared with plain autograd: a derivative whose
+function prints (or draws, or reads the clock) must do so at every call, as plain autograd
+does, on every Python version, whichever hook (``sys.setprofile`` on 3.10/3.11,
+``sys.monitoring`` on 3.12+) records the build."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import Shell
+from .scenario_helpers import PRELUDE
+
+
+@pytest.fixture
+def nb(ip: Shell) -> Shell:
+    ip.run(PRELUDE)
+    return ip
+
+
+#: A builtin with an effect handed on as a value: what it is handed to calls it from C,
+#: where neither hook sees a call.
+_HANDED_ON = {
+    "map": "list(map(print, ['f ran']))",
+    "starmap": "list(itertools.starmap(print, [('f ran',)]))",
+    "partial": "functools.partial(print, 'f ran')()",
+    "dunder_call": "print.__call__('f ran')",
+    "type_call": "type(print).__call__(print, 'f ran')",
+    "methodcaller": "operator.methodcaller('__call__', 'f ran')(print)",
+    "reduce": "functools.reduce(lambda a, p: p('f ran'), [print], 0)",
+}
+
+
+#: Four calls with ``sys.stdout`` a plain ``StringIO`` (a terminal's stream is C code too:
+#: ``print`` writes to it with no Python frame, so no hook sees the write either, as it
+#: does pytest's capture or a Jupyter kernel's stream); how many times 'f ran' printed.
+_COUNT = (
+    "_out, _old = io.StringIO(), sys.stdout\n"
+    "sys.stdout = _out\n"
+    "try:\n"
+    "    for _ in range(4):\n"
+    "        _ = {D}(x)\n"
+    "finally:\n"
+    "    sys.stdout = _old\n"
+    "_out.getvalue().count('f ran')"
+)
+
+
+@pytest.mark.parametrize("way", sorted(_HANDED_ON))
+def test_a_builtin_that_prints_handed_on_prints_every_call(nb: Shell, way: str) -> None:
+    nb.run(
+        "import functools, io, itertools, operator, sys\n"
+        f"def f(x):\n    {_HANDED_ON[way]}\n    return np.sum(x ** 3)\n"
+        "dh = grad(f)\nx = np.ones(2)"
+    )
+    mine = nb.run(_COUNT.format(D="dh"))
+    assert mine == nb.run(_COUNT.format(D="autograd.grad(f)")) == 4
+
+
+def test_print_only_in_a_branch_not_taken_keeps_the_tape(nb: Shell) -> None:
+    """Calling ``print`` by its own name is seen when it happens: a branch not taken
+    does not make the derivative run plain autograd."""
+    nb.run(
+        "verbose = False\n"
+        "def f(x):\n    if verbose:\n        print('f ran')\n    return np.sum(x ** 3)\n"
+        "dh = grad(f)\nx = np.ones(2)\nfor _ in range(4):\n    _ = dh(x)"
+    )
+    fallbacks = [e["fallback"] for e in nb.run("ipyrefresh.status()")["entries"]]
+    assert fallbacks == [""]
