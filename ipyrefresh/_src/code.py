@@ -24,6 +24,8 @@ from .quietweak import QuietWeakCache
 _LOAD_GLOBAL = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
 #: ``LOAD_GLOBAL``'s low bit says it loads a call's function (3.11+).
 _NULL_BIT = sys.version_info >= (3, 11)
+#: ``LOAD_ATTR``'s low bit says it loads a method for a call (3.12+).
+_METHOD_BIT = sys.version_info >= (3, 12)
 _LOAD_ATTR = frozenset({"LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR"})
 _STORE_GLOBAL = frozenset({"STORE_GLOBAL", "DELETE_GLOBAL"})
 _STORE_DEREF = frozenset({"STORE_DEREF", "DELETE_DEREF"})
@@ -95,6 +97,9 @@ class CodeFacts:
     #: which may call them from C, where no hook sees the call. (3.11+, whose
     #: ``LOAD_GLOBAL`` says when it loads a call's function; empty on 3.10.)
     held: frozenset[str] = frozenset()
+    #: Attribute chains from a global whose last attribute is loaded as a value, not as
+    #: the method of a call (``map(warnings.warn, msgs)``). (3.11+, as ``held``.)
+    held_chains: frozenset[tuple[str, ...]] = frozenset()
 
     def may_write(self) -> bool:
         """Whether running it may change anything outside its own frame, or run code
@@ -153,12 +158,15 @@ def _scan(code: CodeType) -> CodeFacts:
     const_names: set[str] = set()
     writes = False
     held: set[str] = set()
+    held_chains: set[tuple[str, ...]] = set()
     stack = [(code, True)]
     while stack:
         co, own = stack.pop()
         const_names.update(c for c in co.co_consts if type(c) is str and c.isidentifier())
         ins = list(dis.get_instructions(co))
         chains.update(_chains(ins))
+        if _NULL_BIT:
+            held_chains.update(_held_chains(ins))
         for i, op in enumerate(ins):
             name = op.opname
             if name in _LOAD_GLOBAL:
@@ -219,6 +227,7 @@ def _scan(code: CodeType) -> CodeFacts:
             or not _MUTATING_FUNCTIONS.isdisjoint(attrs | names)
         ),
         held=frozenset(held),
+        held_chains=frozenset(held_chains),
     )
 
 
@@ -395,6 +404,27 @@ def _chains(ins: list[dis.Instruction]) -> set[tuple[str, ...]]:
         chain = []
     if len(chain) > 1:
         found.add(tuple(chain))
+    return found
+
+
+def _held_chains(ins: list[dis.Instruction]) -> set[tuple[str, ...]]:
+    """Chains from a global whose last attribute is loaded as a value: by ``LOAD_ATTR``
+    (3.11, whose calls of a method load it by ``LOAD_METHOD``) without its low bit (3.12+,
+    where that bit says a method is loaded for a call)."""
+    found: set[tuple[str, ...]] = set()
+    chain: list[str] = []
+    for op in ins:
+        if op.opname in _CHAIN_SKIP:
+            continue
+        if op.opname == "LOAD_GLOBAL":
+            chain = [op.argval]
+        elif op.opname in _LOAD_ATTR and chain:
+            chain.append(op.argval)
+            method = op.opname != "LOAD_ATTR" or (_METHOD_BIT and (op.arg or 0) & 1)
+            if not method:
+                found.add(tuple(chain))
+        else:
+            chain = []
     return found
 
 

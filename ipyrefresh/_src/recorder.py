@@ -387,6 +387,13 @@ def value_effect(fn: Any) -> str | None:
     return effect_of(fn, _USER_CALLER)
 
 
+def held_effect(fn: Any) -> str | None:
+    """:func:`value_effect` for a C function that user code loads as a value and hands on
+    (``map(warnings.warn, msgs)``, ``partial(__import__, name)``): what it is handed to
+    calls it for the user, so those whose caller matters count too."""
+    return effect_of(fn, _USER_CALLER)
+
+
 #: What ``value_effect`` passes as the caller: the user's code (its own reads count).
 _USER_CALLER = value_effect.__code__.replace(co_filename="<user code>")
 

@@ -102,7 +102,7 @@ from .nodes import (
 )
 from .prints import slot_members
 from .readers import ArgReader, CallReader, FixedReader, NameReader, Reader, TargetReader
-from .recorder import value_effect
+from .recorder import held_effect, value_effect
 from .rules import users_rules
 from .targets import Target
 
@@ -467,7 +467,9 @@ class Walker:
         outer, self._source = self._source, label
         try:
             for name in sorted(facts.held):
-                self._held_builtin(globs, name, label, builtins_ns)
+                self._held_name(globs, name, label, builtins_ns)
+            for chain in sorted(facts.held_chains):
+                self._held_attribute(globs, chain, label)
             for name in sorted(facts.globals):
                 self.global_name(globs, name, prefix + name, builtins_ns=builtins_ns)
                 value = dict.get(globs, name, MISSING)
@@ -478,20 +480,39 @@ class Walker:
         finally:
             self._source = outer
 
-    def _held_builtin(self, globs: dict[str, Any], name: str, label: str, builtins_ns: Any) -> None:
-        """A builtin with an effect, loaded by the code as a value (``map(print, xs)``,
-        ``partial(print, s)()``, ``print.__call__(s)``): what it is handed to may call it
-        from C, where no hook sees the call (those by its own name, the recorder sees).
-        A global of that name is walked as any global (:meth:`_walk_or_watch`)."""
-        if dict.get(globs, name, MISSING) is not MISSING:
-            return
-        for b in (builtins_ns, dict.get(globs, "__builtins__", builtins)):
-            bdict = b.__dict__ if type(b) is ModuleType else b
-            found = bdict.get(name) if type(bdict) is dict else None
-            if type(found) is BuiltinFunctionType:
-                effect = value_effect(found)
-                if effect is not None:
-                    raise Unguardable(f"{label} hands {name} on as a value: it {effect}")
+    def _held_name(self, globs: dict[str, Any], name: str, label: str, builtins_ns: Any) -> None:
+        """A C function with an effect, loaded by the code as a value (``map(print, xs)``,
+        ``partial(warn, s)()``, ``print.__call__(s)``): what it is handed to may call it
+        from C, where no hook sees the call (one called by its own name, the recorder
+        sees). A global bound to one the walk refuses anyway (:meth:`_walk_or_watch`),
+        except ``warnings.warn``, which counts only when user code calls it."""
+        value = dict.get(globs, name, MISSING)
+        if value is not MISSING:
+            held = type(value) is BuiltinFunctionType and value_effect(value) is None
+            found = [value] if held else []
+        else:
+            found = []
+            for b in (builtins_ns, dict.get(globs, "__builtins__", builtins)):
+                bdict = b.__dict__ if type(b) is ModuleType else b
+                found.append(bdict.get(name) if type(bdict) is dict else None)
+        for fn in found:
+            effect = held_effect(fn) if type(fn) is BuiltinFunctionType else None
+            if effect is not None:
+                raise Unguardable(f"{label} hands {name} on as a value: it {effect}")
+
+    def _held_attribute(self, globs: dict[str, Any], chain: tuple[str, ...], label: str) -> None:
+        """:meth:`_held_name` for a module's C function (``map(warnings.warn, msgs)``),
+        found through modules only (a module global, its attributes)."""
+        obj = dict.get(globs, chain[0], MISSING)
+        for attr in chain[1:]:
+            if type(obj) is not ModuleType:
+                return
+            obj = dict.get(object.__getattribute__(obj, "__dict__"), attr, MISSING)
+        if type(obj) is BuiltinFunctionType and value_effect(obj) is None:
+            effect = held_effect(obj)
+            if effect is not None:
+                name = ".".join(chain)
+                raise Unguardable(f"{label} hands {name} on as a value: it {effect}")
 
     def _chain(self, globs: Mapping[str, Any], chain: tuple[str, ...], prefix: str) -> None:
         head = chain[0]
