@@ -66,3 +66,42 @@ def test_print_only_in_a_branch_not_taken_keeps_the_tape(nb: Shell) -> None:
     )
     fallbacks = [e["fallback"] for e in nb.run("ipyrefresh.status()")["entries"]]
     assert fallbacks == [""]
+
+
+#: ``warnings.warn`` (a C function) handed on as a value; a hook sees it only when user
+#: code calls it itself.
+_WARN_HANDED_ON = {
+    "map": "list(map(warnings.warn, ['f warned']))",
+    "partial": "functools.partial(warnings.warn, 'f warned')()",
+    "from_import": "list(map(warn, ['f warned']))",
+    "alias": "list(map(WW, ['f warned']))",
+}
+
+
+@pytest.mark.parametrize("way", sorted(_WARN_HANDED_ON))
+def test_warn_handed_on_warns_every_call(nb: Shell, way: str) -> None:
+    nb.run(
+        "import functools, warnings\nfrom warnings import warn\nWW = warnings.warn\n"
+        f"def f(x):\n    {_WARN_HANDED_ON[way]}\n    return np.sum(x ** 3)\n"
+        "dh = grad(f)\nx = np.ones(2)"
+    )
+    count = (
+        "with warnings.catch_warnings(record=True) as _seen:\n"
+        "    warnings.simplefilter('always')\n"
+        "    for _ in range(4):\n"
+        "        _ = {D}(x)\n"
+        "sum(str(w.message) == 'f warned' for w in _seen)"
+    )
+    mine = nb.run(count.format(D="dh"))
+    assert mine == nb.run(count.format(D="autograd.grad(f)")) == 4
+
+
+def test_warn_only_in_a_branch_not_taken_keeps_the_tape(nb: Shell) -> None:
+    nb.run(
+        "import warnings\nfrom warnings import warn\nbad = False\n"
+        "def f(x):\n    if bad:\n        warnings.warn('a')\n        warn('b')\n"
+        "    return np.sum(x ** 3)\n"
+        "dh = grad(f)\nx = np.ones(2)\nfor _ in range(4):\n    _ = dh(x)"
+    )
+    fallbacks = [e["fallback"] for e in nb.run("ipyrefresh.status()")["entries"]]
+    assert fallbacks == [""]
