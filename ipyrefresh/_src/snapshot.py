@@ -288,6 +288,10 @@ class Walker:
         self._functions: set[int] = set()
         self._classes: set[int] = set()
         self._names: set[tuple[int, str]] = set()
+        #: The C function a global names, being walked (:meth:`_walk_or_watch`): one
+        #: reached anywhere else (an element, a default, a closure, an argument) is a
+        #: value handed on, whose calls no hook may see (:meth:`_held_name`).
+        self._named: Any = None
         self._path: list[int] = []
         self._rngs: set[int] = set()
         self._modules: set[int] = set()
@@ -447,11 +451,14 @@ class Walker:
         """The walk of a global's value. One that stops the walk still leaves its binding
         watched: a build that runs plain autograd for it tries again when it is rebound
         (an ``lru_cache``'d helper redefined plainly)."""
+        self._named = value
         try:
             return self.walk(value, label)
         except Unguardable:
             self.env_root(NameReader(globs, name), Identity(label, value, ChangeKind.REDEFINED))
             raise
+        finally:
+            self._named = None
 
     def code_reads(
         self, code: CodeType, globs: Mapping[str, Any], label: str, builtins_ns: Any = None
@@ -600,7 +607,9 @@ class Walker:
         if t is BuiltinFunctionType:
             if _namespace_reader(value):  # under another name: G = globals; G()['a']
                 raise Unguardable(f"{label} is {value.__name__}: it reads a namespace")
-            effect = value_effect(value)  # (called from C, by partial or map: unseen)
+            # (called from C, by partial or map: unseen; warnings.warn too, but by a
+            # global's own name, when the code loads it as a value: :meth:`_held_name`)
+            effect = value_effect(value) if value is self._named else held_effect(value)
             if effect is not None:
                 raise Unguardable(f"{label} {effect}")
             owner = value.__self__
