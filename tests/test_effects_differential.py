@@ -75,6 +75,11 @@ _WARN_HANDED_ON = {
     "partial": "functools.partial(warnings.warn, 'f warned')()",
     "from_import": "list(map(warn, ['f warned']))",
     "alias": "list(map(WW, ['f warned']))",
+    "in_a_dict": "list(map(D['w'], ['f warned']))",
+    "a_default": "list(map(w, ['f warned']))",
+    "in_a_closure": "list(map(c, ['f warned']))",
+    "a_class_attribute": "list(map(C.w, ['f warned']))",
+    "a_global_partial": "PW()",
 }
 
 
@@ -82,8 +87,12 @@ _WARN_HANDED_ON = {
 def test_warn_handed_on_warns_every_call(nb: Shell, way: str) -> None:
     nb.run(
         "import functools, warnings\nfrom warnings import warn\nWW = warnings.warn\n"
-        f"def f(x):\n    {_WARN_HANDED_ON[way]}\n    return np.sum(x ** 3)\n"
-        "dh = grad(f)\nx = np.ones(2)"
+        "D = {'w': warnings.warn}\nPW = functools.partial(warnings.warn, 'f warned')\n"
+        "class C:\n    w = staticmethod(warnings.warn)\n"
+        "def make(c=warnings.warn):\n"
+        f"    def f(x, w=warnings.warn):\n        {_WARN_HANDED_ON[way]}\n"
+        "        return np.sum(x ** 3)\n    return f\n"
+        "f = make()\ndh = grad(f)\nx = np.ones(2)"
     )
     count = (
         "with warnings.catch_warnings(record=True) as _seen:\n"
