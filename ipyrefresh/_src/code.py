@@ -408,19 +408,47 @@ def _chains(ins: list[dis.Instruction]) -> set[tuple[str, ...]]:
 
 
 def _held_chains(ins: list[dis.Instruction]) -> set[tuple[str, ...]]:
-    """Chains from a global whose last attribute is loaded as a value: by ``LOAD_ATTR``
-    (3.11, whose calls of a method load it by ``LOAD_METHOD``) without its low bit (3.12+,
-    where that bit says a method is loaded for a call)."""
+    """Chains whose last attribute is loaded as a value: by ``LOAD_ATTR`` (3.11, whose
+    calls of a method load it by ``LOAD_METHOD``) without its low bit (3.12+, where that
+    bit says a method is loaded for a call). From a global, or from a module imported in
+    the code (``import warnings as w; map(w.warn, ms)``); and a module's attribute the code
+    imports (``from warnings import warn``) loaded as a value (``map(warn, ms)``): not
+    right after (3.11, 3.12) or before (3.13+) the ``PUSH_NULL`` of a call of its own."""
     found: set[tuple[str, ...]] = set()
+    modules: dict[str, tuple[str, ...]] = {}  # local name -> ("import:mod",)
+    members: dict[str, tuple[str, ...]] = {}  # local name -> ("import:mod", attr)
+    ops = [op for op in ins if op.opname not in _CHAIN_SKIP or op.opname == "PUSH_NULL"]
     chain: list[str] = []
-    for op in ins:
-        if op.opname in _CHAIN_SKIP:
+    source: str | None = None  # the module of the IMPORT_FROMs being read
+    for i, op in enumerate(ops):
+        name = op.opname
+        if name == "IMPORT_NAME" and type(op.argval) is str:
+            source = op.argval
+            fromlist = ops[i - 1].argval if i and ops[i - 1].opname == "LOAD_CONST" else None
+            after = ops[i + 1] if i + 1 < len(ops) else None
+            if fromlist is None and after is not None and after.opname in _STORE_LOCAL:
+                modules[after.argval] = (f"import:{op.argval.split('.')[0]}",)
+            chain = []
             continue
-        if op.opname == "LOAD_GLOBAL":
+        if name == "IMPORT_FROM" and source is not None:
+            after = ops[i + 1] if i + 1 < len(ops) else None
+            if after is not None and after.opname in _STORE_LOCAL:
+                members[after.argval] = (f"import:{source}", op.argval)
+            chain = []
+            continue
+        if name == "LOAD_GLOBAL":
             chain = [op.argval]
-        elif op.opname in _LOAD_ATTR and chain:
+        elif name in _LOAD_FAST and type(op.argval) is str and op.argval in modules:
+            chain = list(modules[op.argval])
+        elif name in _LOAD_FAST and type(op.argval) is str and op.argval in members:
+            before = ops[i - 1].opname if i else ""
+            after_name = ops[i + 1].opname if i + 1 < len(ops) else ""
+            if "PUSH_NULL" not in (before, after_name):
+                found.add(members[op.argval])
+            chain = []
+        elif name in _LOAD_ATTR and chain:
             chain.append(op.argval)
-            method = op.opname != "LOAD_ATTR" or (_METHOD_BIT and (op.arg or 0) & 1)
+            method = name != "LOAD_ATTR" or (_METHOD_BIT and (op.arg or 0) & 1)
             if not method:
                 found.add(tuple(chain))
         else:

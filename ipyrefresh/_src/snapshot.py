@@ -510,7 +510,11 @@ class Walker:
     def _held_attribute(self, globs: dict[str, Any], chain: tuple[str, ...], label: str) -> None:
         """:meth:`_held_name` for a module's C function (``map(warnings.warn, msgs)``),
         found through modules only (a module global, its attributes)."""
-        obj = dict.get(globs, chain[0], MISSING)
+        head = chain[0]
+        if head.startswith("import:"):  # (a module the code imports, by its absolute name)
+            obj = sys.modules.get(head[len("import:") :], MISSING)
+        else:
+            obj = dict.get(globs, head, MISSING)
         for attr in chain[1:]:
             if type(obj) is not ModuleType:
                 return
@@ -518,7 +522,7 @@ class Walker:
         if type(obj) is BuiltinFunctionType and value_effect(obj) is None:
             effect = held_effect(obj)
             if effect is not None:
-                name = ".".join(chain)
+                name = ".".join(chain).removeprefix("import:")
                 raise Unguardable(f"{label} hands {name} on as a value: it {effect}")
 
     def _chain(self, globs: Mapping[str, Any], chain: tuple[str, ...], prefix: str) -> None:
