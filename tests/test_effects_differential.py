@@ -80,17 +80,20 @@ _WARN_HANDED_ON = {
     "in_a_closure": "list(map(c, ['f warned']))",
     "a_class_attribute": "list(map(C.w, ['f warned']))",
     "a_global_partial": "PW()",
+    "imported_inside": "import warnings as ws\n        list(map(ws.warn, ['f warned']))",
+    "from_imported_inside": "from warnings import warn as ww\n        list(map(ww, ['f warned']))",
 }
 
 
 @pytest.mark.parametrize("way", sorted(_WARN_HANDED_ON))
 def test_warn_handed_on_warns_every_call(nb: Shell, way: str) -> None:
+    default = ", w=warnings.warn" if way == "a_default" else ""
     nb.run(
         "import functools, warnings\nfrom warnings import warn\nWW = warnings.warn\n"
         "D = {'w': warnings.warn}\nPW = functools.partial(warnings.warn, 'f warned')\n"
         "class C:\n    w = staticmethod(warnings.warn)\n"
         "def make(c=warnings.warn):\n"
-        f"    def f(x, w=warnings.warn):\n        {_WARN_HANDED_ON[way]}\n"
+        f"    def f(x{default}):\n        {_WARN_HANDED_ON[way]}\n"
         "        return np.sum(x ** 3)\n    return f\n"
         "f = make()\ndh = grad(f)\nx = np.ones(2)"
     )
@@ -108,7 +111,9 @@ def test_warn_handed_on_warns_every_call(nb: Shell, way: str) -> None:
 def test_warn_only_in_a_branch_not_taken_keeps_the_tape(nb: Shell) -> None:
     nb.run(
         "import warnings\nfrom warnings import warn\nbad = False\n"
-        "def f(x):\n    if bad:\n        warnings.warn('a')\n        warn('b')\n"
+        "def f(x):\n    from warnings import warn as ww\n    import warnings as ws\n"
+        "    if bad:\n        warnings.warn('a')\n        warn('b')\n        ww('c')\n"
+        "        ws.warn('d')\n"
         "    return np.sum(x ** 3)\n"
         "dh = grad(f)\nx = np.ones(2)\nfor _ in range(4):\n    _ = dh(x)"
     )
