@@ -202,6 +202,21 @@ _INTERPRETER: dict[Any, str] = {
     for f in (getattr(module, n, None) for n in names)
     if f is not None
 }
+#: ... and what changes them, or registers what the interpreter calls later: a replay
+#: would skip the change (made again by plain autograd at every call, after whatever undid
+#: it in between). User code's own calls only, as above: libraries set them for a while
+#: (``gc.disable()`` around their own work) or register handlers as they are imported.
+_INTERPRETER.update(
+    (f, f"changes the interpreter's state ({module.__name__}.{f.__name__})")
+    for module, names in (
+        (sys, ("setrecursionlimit", "setswitchinterval", "set_int_max_str_digits")),
+        (gc, ("enable", "disable", "set_threshold", "set_debug", "freeze", "unfreeze")),
+        (atexit, ("register", "unregister")),
+        (faulthandler, ("enable", "disable")),
+    )
+    for f in (getattr(module, n, None) for n in names)
+    if f is not None
+)
 _DATETIME_NOW = {"now", "utcnow", "today", "fromtimestamp"}
 #: C modules whose functions ask the operating system (files, directories, the working
 #: directory, processes, users, the terminal): a replay would keep the first answer.
