@@ -119,3 +119,50 @@ def test_warn_only_in_a_branch_not_taken_keeps_the_tape(nb: Shell) -> None:
     )
     fallbacks = [e["fallback"] for e in nb.run("ipyrefresh.status()")["entries"]]
     assert fallbacks == [""]
+
+
+def test_an_exit_handler_registered_in_the_function_is_registered_every_call(nb: Shell) -> None:
+    """``atexit.register`` (C code of no module a hook knew) adds a handler at every call
+    of plain autograd; a replay added none."""
+    nb.run(
+        "import atexit\nran = []\ndef on_exit():\n    ran.append(1)\n"
+        "def f(x):\n    atexit.register(on_exit)\n    return np.sum(x ** 3)\n"
+        "dh = grad(f)\nx = np.ones(2)"
+    )
+    count = (
+        "_before = atexit._ncallbacks()\nfor _ in range(4):\n    _ = {D}(x)\n"
+        "_n = atexit._ncallbacks() - _before\natexit.unregister(on_exit)\n_n"
+    )
+    mine = nb.run(count.format(D="dh"))
+    assert mine == nb.run(count.format(D="autograd.grad(f)")) == 4
+
+
+def test_gc_disabled_in_the_function_is_disabled_at_every_call(nb: Shell) -> None:
+    """What the function changes in the interpreter, undone between calls, is changed
+    again by every call."""
+    nb.run(
+        "import gc\ndef f(x):\n    gc.disable()\n    return np.sum(x ** 3)\n"
+        "dh = grad(f)\nx = np.ones(2)"
+    )
+    seen = (
+        "_seen = []\ntry:\n    for _ in range(4):\n        gc.enable()\n        _ = {D}(x)\n"
+        "        _seen.append(gc.isenabled())\nfinally:\n    gc.enable()\n_seen"
+    )
+    mine = nb.run(seen.format(D="dh"))
+    assert mine == nb.run(seen.format(D="autograd.grad(f)")) == [False] * 4
+
+
+def test_a_library_setting_the_interpreter_for_a_while_keeps_the_tape(nb: Shell) -> None:
+    """Only the function's own changes count: a library's ``gc.disable()``/``enable()``
+    around its own work is not the function's effect."""
+    nb.run(
+        "import gc, os, sysconfig, types\n"
+        "lib = types.ModuleType('hunt_gc_lib')\n"
+        "_src = 'import gc\\ndef work():\\n    gc.disable()\\n    gc.enable()\\n'\n"
+        "_file = os.path.join(sysconfig.get_paths()['purelib'], 'hunt_gc_lib.py')\n"
+        "exec(compile(_src, _file, 'exec'), lib.__dict__)\n"
+        "def f(x):\n    lib.work()\n    return np.sum(x ** 3)\n"
+        "dh = grad(f)\nx = np.ones(2)\nfor _ in range(4):\n    _ = dh(x)"
+    )
+    fallbacks = [e["fallback"] for e in nb.run("ipyrefresh.status()")["entries"]]
+    assert fallbacks == [""]
