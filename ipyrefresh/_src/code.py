@@ -24,6 +24,8 @@ from .quietweak import QuietWeakCache
 _LOAD_GLOBAL = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
 #: ``LOAD_GLOBAL``'s low bit says it loads a call's function (3.11+).
 _NULL_BIT = sys.version_info >= (3, 11)
+#: The strings numpy parses as the time now (``np.datetime64('now')``), in any case.
+_CLOCK_WORDS = frozenset({"now", "today"})
 #: ``LOAD_ATTR``'s low bit says it loads a method for a call (3.12+).
 _METHOD_BIT = sys.version_info >= (3, 12)
 _LOAD_ATTR = frozenset({"LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR"})
@@ -100,6 +102,10 @@ class CodeFacts:
     #: Attribute chains from a global whose last attribute is loaded as a value, not as
     #: the method of a call (``map(warnings.warn, msgs)``). (3.11+, as ``held``.)
     held_chains: frozenset[tuple[str, ...]] = frozenset()
+    #: It holds the string ``'now'`` or ``'today'`` (any case): numpy's C code reads the
+    #: clock when it parses one as a date (``np.datetime64('now')``, ``astype('M8[s]')``),
+    #: a call of a type, where no hook sees a clock function called.
+    names_the_clock: bool = False
 
     def may_write(self) -> bool:
         """Whether running it may change anything outside its own frame, or run code
@@ -159,10 +165,12 @@ def _scan(code: CodeType) -> CodeFacts:
     writes = False
     held: set[str] = set()
     held_chains: set[tuple[str, ...]] = set()
+    clock = False
     stack = [(code, True)]
     while stack:
         co, own = stack.pop()
         const_names.update(c for c in co.co_consts if type(c) is str and c.isidentifier())
+        clock = clock or any(type(c) is str and c.lower() in _CLOCK_WORDS for c in co.co_consts)
         ins = list(dis.get_instructions(co))
         chains.update(_chains(ins))
         if _NULL_BIT:
@@ -228,6 +236,7 @@ def _scan(code: CodeType) -> CodeFacts:
         ),
         held=frozenset(held),
         held_chains=frozenset(held_chains),
+        names_the_clock=clock,
     )
 
 

@@ -470,6 +470,8 @@ class Walker:
         facts = codefacts.facts(code)
         if facts.dynamic_namespace:
             raise Unguardable(f"{label} reads its namespace by computed names (eval, globals())")
+        if facts.names_the_clock:
+            raise Unguardable(f"{label} may read the clock (np.datetime64('now') parses 'now')")
         prefix = _ns_prefix(globs)
         outer, self._source = self._source, label
         try:
