@@ -5,6 +5,8 @@ does, on every Python version, whichever hook (``sys.setprofile`` on 3.10/3.11,
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from .conftest import Shell
@@ -166,3 +168,28 @@ def test_a_library_setting_the_interpreter_for_a_while_keeps_the_tape(nb: Shell)
     )
     fallbacks = [e["fallback"] for e in nb.run("ipyrefresh.status()")["entries"]]
     assert fallbacks == [""]
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        "onp.datetime64('now', 's')",
+        "onp.array(['NOW']).astype('datetime64[s]')[0]",
+    ],
+    ids=["datetime64", "astype"],
+)
+def test_a_date_parsed_from_now_is_read_at_every_call(nb: Shell, read: str) -> None:
+    """numpy's C code reads the clock when it parses 'now' (a call of a type: no clock
+    function is called where a hook sees it). The answers a second apart must differ as
+    plain autograd's do."""
+    nb.run(
+        f"def f(x):\n    t = float({read}.astype('int64') % 1000)\n    return np.sum(x ** 3) * t\n"
+        "dh = grad(f)\nx = np.ones(2)"
+    )
+    got, want = [], []
+    for _ in range(2):
+        got.append(nb.run("float(dh(x)[0])"))
+        want.append(nb.run("float(autograd.grad(f)(x)[0])"))
+        time.sleep(1.05)
+    assert got[0] != got[1]
+    assert got == want
