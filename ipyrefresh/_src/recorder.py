@@ -230,6 +230,12 @@ _OS_PURE = frozenset({"fspath", "strerror", "major", "minor", "makedev"})
 #: databases): ``conn.execute(...)`` answers what the database holds now.
 _IO_MODULES = frozenset({"_io", "io", "sqlite3", "_sqlite3", "socket", "_socket", "ssl", "_ssl"})
 _IO_MODULES |= {"select", "mmap", "_dbm", "_gdbm", "dbm", "_multiprocessing", "_queue"}
+#: ... and their module functions that only compute from their arguments.
+_IO_PURE = frozenset({"text_encoding", "complete_statement"})
+#: C classes whose construction has an effect of its own (opening the file creates or
+#: truncates it), made by a call of a type: no hook looks at those, so the code that
+#: names one is refused as it is read (:func:`type_effect`).
+_EFFECT_TYPES: dict[type, str] = {io.FileIO: "opens files (io.FileIO)"}
 _WARN = frozenset({warnings.warn, warnings.warn_explicit})
 #: Module functions whose effect depends on who calls them (never noted as effect-free).
 _CALLER_MATTERS = frozenset({builtins.__import__, *_WARN, *_INTERPRETER})
@@ -413,6 +419,11 @@ def held_effect(fn: Any) -> str | None:
 _USER_CALLER = value_effect.__code__.replace(co_filename="<user code>")
 
 
+def type_effect(cls: type) -> str | None:
+    """The effect of making an object of the C class ``cls`` (:data:`_EFFECT_TYPES`)."""
+    return _EFFECT_TYPES.get(cls)
+
+
 def method_effect(method: Any, owner: Any, caller: CodeType) -> str | None:
     """:func:`effect_of` for a method called unbound, with its object (what
     ``sys.monitoring`` reports for ``db.execute(q)``): never bound here."""
@@ -437,6 +448,10 @@ def _effect(fn: Any, owner: Any, caller: CodeType) -> str | None:
         if owner.__name__ in _OS_MODULES:
             if fn.__name__ not in _OS_PURE:
                 return f"asks the operating system ({owner.__name__}.{fn.__name__})"
+            return None
+        if owner.__name__ in _IO_MODULES:  # (sqlite3.connect creates its file)
+            if fn.__name__ not in _IO_PURE:
+                return f"does I/O ({owner.__name__}.{fn.__name__})"
             return None
         return _STATE_MODULES.get(owner.__name__)
     if isinstance(owner, random.Random):

@@ -102,7 +102,7 @@ from .nodes import (
 )
 from .prints import slot_members
 from .readers import ArgReader, CallReader, FixedReader, NameReader, Reader, TargetReader
-from .recorder import held_effect, value_effect
+from .recorder import held_effect, type_effect, value_effect
 from .rules import users_rules
 from .targets import Target
 
@@ -875,6 +875,9 @@ class Walker:
         return Module(label, mod)
 
     def klass(self, cls: type, label: str) -> Node:
+        effect = type_effect(cls)
+        if effect is not None:
+            raise Unguardable(f"{label} {effect}")
         if _patchable(cls):
             self._class_root(cls, label)
         meta = type(cls)
