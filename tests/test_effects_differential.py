@@ -6,6 +6,7 @@ does, on every Python version, whichever hook (``sys.setprofile`` on 3.10/3.11,
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -193,3 +194,25 @@ def test_a_date_parsed_from_now_is_read_at_every_call(nb: Shell, read: str) -> N
         time.sleep(1.05)
     assert got[0] != got[1]
     assert got == want
+
+
+@pytest.mark.parametrize(
+    "make", ["io.FileIO(path, 'a')", "sqlite3.connect(path)"], ids=["FileIO", "sqlite3"]
+)
+def test_a_file_the_function_creates_is_created_every_call(
+    nb: Shell, tmp_path: Any, make: str
+) -> None:
+    """Opening a file creates it: ``io.FileIO`` (a call of a C class, which no hook looks
+    at) and ``sqlite3.connect`` (a C function of ``_sqlite3``) do at every call of plain
+    autograd; a replay did not. Here the file is removed between calls."""
+    nb.run(
+        f"import io, os, sqlite3\npath = {str(tmp_path / 'made')!r}\n"
+        f"def f(x):\n    {make}\n    return np.sum(x ** 3)\n"
+        "dh = grad(f)\nx = np.ones(2)"
+    )
+    count = (
+        "_made = 0\nfor _ in range(4):\n    if os.path.exists(path):\n        os.remove(path)\n"
+        "    _ = {D}(x)\n    _made += os.path.exists(path)\n_made"
+    )
+    mine = nb.run(count.format(D="dh"))
+    assert mine == nb.run(count.format(D="autograd.grad(f)")) == 4
