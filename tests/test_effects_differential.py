@@ -59,12 +59,26 @@ def test_a_builtin_that_prints_handed_on_prints_every_call(nb: Shell, way: str) 
     assert mine == nb.run(_COUNT.format(D="autograd.grad(f)")) == 4
 
 
-def test_print_only_in_a_branch_not_taken_keeps_the_tape(nb: Shell) -> None:
-    """Calling ``print`` by its own name is seen when it happens: a branch not taken
-    does not make the derivative run plain autograd."""
+@pytest.mark.parametrize(
+    "call",
+    [
+        "print('f ran')",
+        "print('f', x[0] + 1.0, sep=', ', end='\\n')",
+        "print(*['f', 'ran'], **{'sep': ' '})",
+        "print(*['f ran'])",
+        "warnings.warn('f warned', stacklevel=2)",
+        "warnings.warn(str(x[0]))",
+    ],
+    ids=["plain", "keywords", "star_kwargs", "star", "warn_keywords", "warn_nested"],
+)
+def test_print_only_in_a_branch_not_taken_keeps_the_tape(nb: Shell, call: str) -> None:
+    """Calling ``print`` (or ``warnings.warn``) by its own name is seen when it happens:
+    a branch not taken does not make the derivative run plain autograd. (3.10 marks no
+    load as a call's function: its calls with keywords or ``*`` are found by their stack
+    depths.)"""
     nb.run(
-        "verbose = False\n"
-        "def f(x):\n    if verbose:\n        print('f ran')\n    return np.sum(x ** 3)\n"
+        "import warnings\nverbose = False\n"
+        f"def f(x):\n    if verbose:\n        {call}\n    return np.sum(x ** 3)\n"
         "dh = grad(f)\nx = np.ones(2)\nfor _ in range(4):\n    _ = dh(x)"
     )
     fallbacks = [e["fallback"] for e in nb.run("ipyrefresh.status()")["entries"]]

@@ -14,7 +14,7 @@ import os
 import site
 import sys
 import sysconfig
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import CodeType
 from typing import Any
@@ -173,8 +173,8 @@ def _scan(code: CodeType) -> CodeFacts:
         clock = clock or any(type(c) is str and c.lower() in _CLOCK_WORDS for c in co.co_consts)
         ins = list(dis.get_instructions(co))
         chains.update(_chains(ins))
-        if _NULL_BIT:
-            held_chains.update(_held_chains(ins))
+        called = frozenset() if _NULL_BIT else _called_310(ins)
+        held_chains.update(_held_chains(ins, called))
         for i, op in enumerate(ins):
             name = op.opname
             if name in _LOAD_GLOBAL:
@@ -191,7 +191,9 @@ def _scan(code: CodeType) -> CodeFacts:
                     # no instruction that loads it (CPython 3.11).
                     loaded.add(co.co_varnames[0])
                 names.add(g)
-                if _NULL_BIT and name == "LOAD_GLOBAL" and not (op.arg or 0) & 1:
+                if name == "LOAD_GLOBAL" and not (
+                    (op.arg or 0) & 1 if _NULL_BIT else op.offset in called
+                ):
                     held.add(g)
             elif name in _LOAD_ATTR:
                 a = op.argval
@@ -416,13 +418,55 @@ def _chains(ins: list[dis.Instruction]) -> set[tuple[str, ...]]:
     return found
 
 
-def _held_chains(ins: list[dis.Instruction]) -> set[tuple[str, ...]]:
-    """Chains whose last attribute is loaded as a value: by ``LOAD_ATTR`` (3.11, whose
-    calls of a method load it by ``LOAD_METHOD``) without its low bit (3.12+, where that
-    bit says a method is loaded for a call). From a global, or from a module imported in
-    the code (``import warnings as w; map(w.warn, ms)``); and a module's attribute the code
-    imports (``from warnings import warn``) loaded as a value (``map(warn, ms)``): not
-    right after (3.11, 3.12) or before (3.13+) the ``PUSH_NULL`` of a call of its own."""
+#: 3.10's calls, whose function's load carries no mark of it: how many stack items each
+#: takes above the function (the arguments; the keyword names; the ``*``/``**`` values).
+_CALLS_310: dict[str, Callable[[int], int]] = {
+    "CALL_FUNCTION": lambda arg: arg,
+    "CALL_FUNCTION_KW": lambda arg: arg + 1,
+    "CALL_FUNCTION_EX": lambda arg: 1 + (arg & 1),
+}
+
+
+def _called_310(ins: list[dis.Instruction]) -> frozenset[int]:
+    """The offsets of the loads whose value is the function of a call (3.10). From each
+    call, back over straight-line code: the function is what the last instruction that
+    left the stack at its depth pushed (an argument's code never goes below the depth
+    it started at). A load this cannot place (a jump in between: ``f(a if c else b)``) is
+    left out, the safe side: it counts as a value handed on."""
+    called = set()
+    for i, op in enumerate(ins):
+        above = _CALLS_310.get(op.opname)
+        if above is None:
+            continue
+        target, depth = -above(op.arg or 0), 0  # (depths after each instruction, from D)
+        for k in range(i - 1, -1, -1):
+            prev = ins[k]
+            if ins[k + 1].is_jump_target or prev.opcode in _JUMPS:
+                break
+            if depth <= target:
+                if depth == target:
+                    called.add(prev.offset)
+                break
+            arg = prev.arg if prev.opcode >= dis.HAVE_ARGUMENT else None
+            try:
+                depth -= dis.stack_effect(prev.opcode, arg, jump=False)
+            except ValueError:  # (an opcode dis cannot size: leave this call out)
+                break
+    return frozenset(called)
+
+
+_JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
+
+
+def _held_chains(ins: list[dis.Instruction], called: frozenset[int]) -> set[tuple[str, ...]]:
+    """Chains whose last attribute is loaded as a value: by ``LOAD_ATTR`` (3.10 and 3.11,
+    whose calls of a method load it by ``LOAD_METHOD``, except 3.10's calls with keywords:
+    ``called``, see :func:`_called_310`) without its low bit (3.12+, where that bit says a
+    method is loaded for a call). From a global, or from a module imported in the code
+    (``import warnings as w; map(w.warn, ms)``); and a module's attribute the code imports
+    (``from warnings import warn``) loaded as a value (``map(warn, ms)``): not right after
+    (3.11, 3.12) or before (3.13+) the ``PUSH_NULL`` of a call of its own (on 3.10: not
+    ``called``)."""
     found: set[tuple[str, ...]] = set()
     modules: dict[str, tuple[str, ...]] = {}  # local name -> ("import:mod",)
     members: dict[str, tuple[str, ...]] = {}  # local name -> ("import:mod", attr)
@@ -452,12 +496,17 @@ def _held_chains(ins: list[dis.Instruction]) -> set[tuple[str, ...]]:
         elif name in _LOAD_FAST and type(op.argval) is str and op.argval in members:
             before = ops[i - 1].opname if i else ""
             after_name = ops[i + 1].opname if i + 1 < len(ops) else ""
-            if "PUSH_NULL" not in (before, after_name):
+            own_call = "PUSH_NULL" in (before, after_name) if _NULL_BIT else op.offset in called
+            if not own_call:
                 found.add(members[op.argval])
             chain = []
         elif name in _LOAD_ATTR and chain:
             chain.append(op.argval)
-            method = name != "LOAD_ATTR" or (_METHOD_BIT and (op.arg or 0) & 1)
+            method = (
+                name != "LOAD_ATTR"
+                or (_METHOD_BIT and (op.arg or 0) & 1)
+                or (not _NULL_BIT and op.offset in called)
+            )
             if not method:
                 found.add(tuple(chain))
         else:
