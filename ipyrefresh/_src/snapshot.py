@@ -262,6 +262,14 @@ _GLOBAL_RNG = np.random.mtrand._rand
 _STORING_BUILTINS = (setattr, delattr, exec, eval)
 
 
+def _refuse_handed_on(fn: Any, name: str, label: str) -> None:
+    """The walk stops if the C function ``fn``, which the code ``label`` loads as a value
+    by ``name``, has an effect (:func:`held_effect`)."""
+    effect = held_effect(fn)
+    if effect is not None:
+        raise Unguardable(f"{label} hands {name} on as a value: it {effect}")
+
+
 class Walker:
     """Builds a :class:`Guard` from roots; see the module docstring."""
 
@@ -505,9 +513,8 @@ class Walker:
                 bdict = b.__dict__ if type(b) is ModuleType else b
                 found.append(bdict.get(name) if type(bdict) is dict else None)
         for fn in found:
-            effect = held_effect(fn) if type(fn) is BuiltinFunctionType else None
-            if effect is not None:
-                raise Unguardable(f"{label} hands {name} on as a value: it {effect}")
+            if type(fn) is BuiltinFunctionType:
+                _refuse_handed_on(fn, name, label)
 
     def _held_attribute(self, globs: dict[str, Any], chain: tuple[str, ...], label: str) -> None:
         """:meth:`_held_name` for a module's C function (``map(warnings.warn, msgs)``),
@@ -522,10 +529,7 @@ class Walker:
                 return
             obj = dict.get(object.__getattribute__(obj, "__dict__"), attr, MISSING)
         if type(obj) is BuiltinFunctionType and value_effect(obj) is None:
-            effect = held_effect(obj)
-            if effect is not None:
-                name = ".".join(chain).removeprefix("import:")
-                raise Unguardable(f"{label} hands {name} on as a value: it {effect}")
+            _refuse_handed_on(obj, ".".join(chain).removeprefix("import:"), label)
 
     def _chain(self, globs: Mapping[str, Any], chain: tuple[str, ...], prefix: str) -> None:
         head = chain[0]
