@@ -33,6 +33,7 @@ import sys
 from typing import Any
 
 import autograd
+from bench_calls import handle
 from timing import Report, arguments, fmt, now, parse, same_bits
 
 from ipyrefresh._src.engine import Engine, using
@@ -92,8 +93,7 @@ def measure(report: Report, name: str, rounds: int) -> list[str]:
         with using(Engine()) as engine:
             if engine.config.build_at_call != 2:
                 raise RuntimeError("the build is timed at the second call")
-            exec(f"_d = grad({name})", ns)
-            d = ns.pop("_d")
+            d = handle(ns, name)
             d(*args)  # the first call: plain autograd
             t0 = now()
             got = d(*args)  # the build

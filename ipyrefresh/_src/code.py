@@ -96,11 +96,11 @@ class CodeFacts:
     writes_objects: bool = False
     #: Globals (or builtins) loaded as values, not as the function of a call of their
     #: own: handed to other code (``map(print, xs)``, ``partial(print)``, ``print.__call__``),
-    #: which may call them from C, where no hook sees the call. (3.11+, whose
-    #: ``LOAD_GLOBAL`` says when it loads a call's function; empty on 3.10.)
+    #: which may call them from C, where no hook sees the call. (3.11+: ``LOAD_GLOBAL``
+    #: says when it loads a call's function; 3.10: :func:`_called_310`.)
     held: frozenset[str] = frozenset()
     #: Attribute chains from a global whose last attribute is loaded as a value, not as
-    #: the method of a call (``map(warnings.warn, msgs)``). (3.11+, as ``held``.)
+    #: the method of a call (``map(warnings.warn, msgs)``): see :func:`_held_chains`.
     held_chains: frozenset[tuple[str, ...]] = frozenset()
     #: It holds the string ``'now'`` or ``'today'`` (any case): numpy's C code reads the
     #: clock when it parses one as a date (``np.datetime64('now')``, ``astype('M8[s]')``),
